@@ -1,0 +1,42 @@
+# Two commands do all the set-up: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast lint format install clean doctor
+
+install: $(STAMP)
+
+# Reinstall only when the project's requirements change. torch is installed first and pinned so that
+# pip takes the CPU build on disk instead of resolving a multi-GB CUDA build from the index.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+run: install
+	$(BIN)/omni-studio ui
+
+test: install
+	$(BIN)/ruff check studio tests scripts benchmarks
+	$(BIN)/python -m pytest -ra
+
+test-fast: install
+	$(BIN)/python -m pytest -ra -m "not browser"
+
+lint: install
+	$(BIN)/ruff check studio tests scripts benchmarks
+	$(BIN)/ruff format --check studio tests scripts benchmarks
+
+format: install
+	$(BIN)/ruff format studio tests scripts benchmarks
+	$(BIN)/ruff check --fix studio tests scripts benchmarks
+
+doctor: install
+	$(BIN)/omni-studio doctor
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

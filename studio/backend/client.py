@@ -1,0 +1,298 @@
+"""One job against one server: create, poll, download, cancel, through the openai SDK's videos API.
+
+A failed job is a result (the server answers with the job's error code and the job JSON); a transport
+failure or a rejected request is an error. Every step is timestamped so queue wait and inference time can
+be told apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from studio.backend.protocol import (
+    JobRecord,
+    JobStatus,
+    VideoRequest,
+    error_message,
+    job_record_from_body,
+)
+
+
+class ClientError(RuntimeError):
+    """A request that did not produce a job result: rejected, unreachable, timed out."""
+
+    def __init__(self, message: str, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class RequestRejected(ClientError):
+    """The server refused the request (4xx/5xx without a job record)."""
+
+
+class JobTimeout(ClientError):
+    pass
+
+
+def normalize_base_url(url: str) -> str:
+    """Accept http://host:port or http://host:port/v1 and return the /v1 base the SDK wants."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"server URL must start with http:// or https://, got {url!r}")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def server_root(url: str) -> str:
+    base = normalize_base_url(url)
+    return base[: -len("/v1")]
+
+
+@dataclass
+class RequestTimings:
+    """Wall-clock instants (time.time()) of one request's life, and the server's own inference time."""
+
+    created: float = field(default_factory=time.time)
+    sent: float | None = None
+    accepted: float | None = None
+    first_running: float | None = None
+    last_queued: float | None = None  # the last poll that still saw the job queued
+    completed: float | None = None
+    downloaded: float | None = None
+    server_inference_s: float | None = None
+
+    @property
+    def studio_wait_s(self) -> float | None:
+        """Time waiting in the studio for a free slot before being sent."""
+        return None if self.sent is None else self.sent - self.created
+
+    @property
+    def server_s(self) -> float | None:
+        return None if self.sent is None or self.completed is None else self.completed - self.sent
+
+    @property
+    def inference_s(self) -> float | None:
+        """Generation time. Each source is an upper bound, so the smallest is the best estimate:
+        vLLM-Omni's inference_time_s counts from when the job was accepted (queue wait included), while
+        the queued -> in_progress transition seen by polling comes up to one poll interval late."""
+        bounds = [] if self.server_inference_s is None else [self.server_inference_s]
+        if self.completed is not None:
+            for start in (self.first_running, self.last_queued):
+                if start is not None:
+                    bounds.append(self.completed - start)
+        return min(bounds) if bounds else None
+
+    @property
+    def queue_wait_s(self) -> float | None:
+        """Time at the server not spent generating: server time minus its inference time."""
+        server, inference = self.server_s, self.inference_s
+        if server is None or inference is None:
+            return None
+        return max(0.0, server - inference)
+
+    @property
+    def latency_s(self) -> float | None:
+        """End to end as the user sees it: from submit in the studio to the mp4 on disk."""
+        end = self.downloaded or self.completed
+        return None if end is None else end - self.created
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "created": self.created,
+            "sent": self.sent,
+            "accepted": self.accepted,
+            "first_running": self.first_running,
+            "last_queued": self.last_queued,
+            "completed": self.completed,
+            "downloaded": self.downloaded,
+            "server_inference_s": self.server_inference_s,
+            "studio_wait_s": self.studio_wait_s,
+            "queue_wait_s": self.queue_wait_s,
+            "inference_s": self.inference_s,
+            "latency_s": self.latency_s,
+        }
+
+
+@dataclass
+class JobOutcome:
+    record: JobRecord
+    timings: RequestTimings
+    video_path: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.record.status is JobStatus.COMPLETED and self.video_path is not None
+
+
+UpdateCallback = Callable[[JobRecord], Awaitable[None] | None]
+
+
+class VideoClient:
+    """Speaks to one server. Safe to share between concurrent jobs."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        http_timeout_s: float = 60.0,
+        poll_interval_s: float = 0.25,
+        max_retries: int = 2,
+    ):
+        self.base_url = normalize_base_url(base_url)
+        self.poll_interval_s = poll_interval_s
+        self._sdk = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "EMPTY",
+            timeout=httpx.Timeout(http_timeout_s, connect=10.0),
+            max_retries=max_retries,
+        )
+
+    async def close(self) -> None:
+        await self._sdk.close()
+
+    async def __aenter__(self) -> VideoClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- single calls ------------------------------------------------------------------------------
+    async def create(self, request: VideoRequest) -> JobRecord:
+        """POST /v1/videos. Returns the job (possibly already failed, e.g. a guardrail block)."""
+        fields = request.form_fields()
+        prompt = fields.pop("prompt")
+        reference = request.input_reference
+        # Never retried: a retry after a lost response would create a second job.
+        sdk = self._sdk.with_options(max_retries=0)
+        kwargs: dict[str, Any] = {"prompt": prompt, "extra_body": fields}
+        if reference is not None:
+            kwargs["input_reference"] = (Path(reference).name, Path(reference).read_bytes())
+        try:
+            raw = await sdk.videos.with_raw_response.create(**kwargs)
+            return JobRecord.model_validate(raw.http_response.json())
+        except openai.APIStatusError as exc:
+            return self._job_or_raise(exc)
+        except openai.APIConnectionError as exc:
+            raise ClientError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    async def retrieve(self, job_id: str) -> JobRecord:
+        try:
+            raw = await self._sdk.videos.with_raw_response.retrieve(job_id)
+            return JobRecord.model_validate(raw.http_response.json())
+        except openai.APIStatusError as exc:
+            return self._job_or_raise(exc)
+        except openai.APIConnectionError as exc:
+            raise ClientError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    async def download(self, job_id: str, dest: Path) -> int:
+        """Stream the mp4 to dest (via a .part file, renamed when whole). Returns its size in bytes."""
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(dest.name + ".part")
+        size = 0
+        try:
+            async with self._sdk.videos.with_streaming_response.download_content(job_id) as response:
+                with part.open("wb") as handle:
+                    async for chunk in response.iter_bytes():
+                        handle.write(chunk)
+                        size += len(chunk)
+        except openai.APIStatusError as exc:
+            part.unlink(missing_ok=True)
+            raise RequestRejected(self._message(exc), exc.status_code) from exc
+        except (openai.APIConnectionError, httpx.HTTPError) as exc:
+            part.unlink(missing_ok=True)
+            raise ClientError(f"download of {job_id} from {self.base_url} broke off: {exc}") from exc
+        part.replace(dest)
+        return size
+
+    async def cancel(self, job_id: str) -> bool:
+        """DELETE the job. True if the server confirmed; False if it no longer knows the job."""
+        try:
+            await self._sdk.videos.delete(job_id)
+            return True
+        except openai.NotFoundError:
+            return False
+        except openai.APIStatusError as exc:
+            raise RequestRejected(self._message(exc), exc.status_code) from exc
+        except openai.APIConnectionError as exc:
+            raise ClientError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    # ---- a whole job -------------------------------------------------------------------------------
+    async def run(
+        self,
+        request: VideoRequest,
+        dest: Path,
+        on_update: UpdateCallback | None = None,
+        timeout_s: float = 3600.0,
+        timings: RequestTimings | None = None,
+        on_accepted: Callable[[JobRecord], None] | None = None,
+    ) -> JobOutcome:
+        """Create, poll until finished, download. Cancelling the task DELETEs the job on the server."""
+        timings = timings or RequestTimings()
+        timings.sent = time.time()
+        record = await self.create(request)
+        timings.accepted = time.time()
+        if on_accepted is not None:
+            on_accepted(record)
+        await _call(on_update, record)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not record.finished:
+                if time.monotonic() > deadline:
+                    await self._quiet_cancel(record.id)
+                    raise JobTimeout(f"job {record.id} did not finish within {timeout_s:.0f} s; cancelled it")
+                await asyncio.sleep(self.poll_interval_s)
+                record = await self.retrieve(record.id)
+                seen = time.time()
+                if record.status is JobStatus.QUEUED:
+                    timings.last_queued = seen
+                elif record.status is JobStatus.IN_PROGRESS and timings.first_running is None:
+                    timings.first_running = seen
+                await _call(on_update, record)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._quiet_cancel(record.id))
+            raise
+        timings.completed = time.time()
+        timings.server_inference_s = record.inference_time_s
+        if record.status is not JobStatus.COMPLETED:
+            return JobOutcome(record=record, timings=timings)
+        await self.download(record.id, dest)
+        timings.downloaded = time.time()
+        return JobOutcome(record=record, timings=timings, video_path=Path(dest))
+
+    async def _quiet_cancel(self, job_id: str) -> None:
+        with contextlib.suppress(ClientError):
+            await self.cancel(job_id)
+
+    # ---- errors ------------------------------------------------------------------------------------
+    @staticmethod
+    def _body(exc: openai.APIStatusError) -> Any:
+        try:
+            return exc.response.json()
+        except ValueError:
+            return exc.response.text
+
+    def _message(self, exc: openai.APIStatusError) -> str:
+        return error_message(self._body(exc), fallback=f"HTTP {exc.status_code}")
+
+    def _job_or_raise(self, exc: openai.APIStatusError) -> JobRecord:
+        record = job_record_from_body(self._body(exc))
+        if record is not None:
+            return record
+        raise RequestRejected(f"HTTP {exc.status_code}: {self._message(exc)}", exc.status_code) from exc
+
+
+async def _call(callback: UpdateCallback | None, record: JobRecord) -> None:
+    if callback is None:
+        return
+    result = callback(record)
+    if asyncio.iscoroutine(result):
+        await result

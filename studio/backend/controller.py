@@ -1,0 +1,168 @@
+"""The studio's back end as one object: the engine it manages (or the servers it attaches to), the
+endpoint pool, the output store and the runs. The CLI and the page both drive this; it imports no UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+from studio import tiers
+from studio.backend.client import server_root
+from studio.backend.launchers import LaunchSpec, launch_for
+from studio.backend.router import EndpointPool
+from studio.backend.runner import Run, RunSpec
+from studio.backend.server import ManagedServer, ServerState, ServerStatus
+from studio.backend.store import OutputStore
+from studio.config import StudioSettings
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DEFAULT_FRAMES = 33
+
+
+class StudioController:
+    def __init__(self, settings: StudioSettings):
+        self.settings = settings
+        self.store = OutputStore(Path(settings.outputs_dir))
+        self.server: ManagedServer | None = None
+        self.pool: EndpointPool | None = None
+        self.runs: list[Run] = []
+        self._lock = threading.Lock()
+        self._starter: threading.Thread | None = None
+        self.start_error: str | None = None
+        lost = self.store.mark_unfinished_lost()
+        if lost:
+            log.warning("%d requests of an earlier session never finished; marked lost", lost)
+
+    @property
+    def managed(self) -> bool:
+        return self.settings.engine in ("embedded", "vllm-omni")
+
+    def _launch(self, port: int) -> LaunchSpec:
+        return launch_for(self.settings, port)
+
+    def start(self, wait: bool = True) -> None:
+        """Start the managed server (or attach to remote ones) and build the endpoint pool."""
+        with self._lock:
+            if self.managed:
+                if self.server is None:
+                    self.server = ManagedServer(
+                        self._launch,
+                        port=self.settings.server_port,
+                        log_path=self.store.logs_dir / f"{self.settings.engine}-server.log",
+                        init_timeout_s=self.settings.init_timeout_s,
+                    )
+                    self.server.on_exit(self._server_exited)
+                server = self.server
+            else:
+                if not self.settings.remote_urls:
+                    raise ValueError("remote engine: give at least one server URL (--url)")
+                self.pool = EndpointPool.from_urls(
+                    [server_root(url) for url in self.settings.remote_urls], **self._client_options()
+                )
+                return
+        server.start(wait=wait)
+        self.pool = EndpointPool.from_urls([server.base_url], **self._client_options())
+
+    def _client_options(self) -> dict:
+        return {
+            "api_key": self.settings.api_key_value(),
+            "http_timeout_s": self.settings.http_timeout_s,
+            "poll_interval_s": self.settings.poll_interval_s,
+        }
+
+    def start_in_background(self) -> None:
+        """Start once, off the caller's thread (the page stays usable and shows the engine starting)."""
+        with self._lock:
+            if self._starter is not None:
+                return
+            self._starter = threading.Thread(target=self._start_logged, name="engine-start", daemon=True)
+            self._starter.start()
+
+    def _start_logged(self) -> None:
+        try:
+            self.start()
+        except Exception as exc:  # shown in the page through server_status / start_error
+            self.start_error = str(exc)
+            log.error("engine start failed: %s", exc)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start_error = None
+        self.start()
+
+    def engine_summary(self) -> str:
+        """One line for the page: which engine, and whether it can take work."""
+        if not self.managed:
+            urls = ", ".join(self.settings.remote_urls)
+            return f"remote servers: {urls}" if self.pool else "remote servers: not attached"
+        if self.start_error:
+            return f"{self.settings.engine} engine failed to start: {self.start_error}"
+        status = self.server_status()
+        if status is None:
+            return f"{self.settings.engine} engine: not started"
+        if status.state is ServerState.STARTING:
+            return f"{self.settings.engine} engine: starting ({status.starting_for_s or 0:.0f} s)"
+        if status.state is ServerState.READY:
+            return f"{self.settings.engine} engine: ready at {status.url} (started in {status.startup_s or 0:.1f} s)"
+        return f"{self.settings.engine} engine: {status.state} {status.message}"
+
+    def server_status(self) -> ServerStatus | None:
+        return self.server.status() if self.server else None
+
+    def default_frames(self, tier: str) -> int:
+        """Frames when the user gives none: the setting, else the tier's Cosmos 3 default (189). The embedded
+        engine runs on CPU by default, where a short clip (33 frames) keeps the first video quick."""
+        if self.settings.default_frames is not None:
+            return self.settings.default_frames
+        return EMBEDDED_DEFAULT_FRAMES if self.settings.engine == "embedded" else tiers.DEFAULT_FRAMES[tier]
+
+    @property
+    def starting(self) -> bool:
+        """The engine is on its way up (or about to be): worth waiting for."""
+        if self.start_error is not None:
+            return False
+        if self.managed:
+            return (
+                self.server is None
+                or self.server.state is ServerState.STARTING
+                or (self.server.state is ServerState.READY and self.pool is None)
+            )
+        return self.pool is None
+
+    async def wait_until_ready(self, poll_s: float = 0.5) -> None:
+        """Start if needed and wait while the engine starts; returns when ready or when starting failed."""
+        self.start_in_background()
+        while self.starting:
+            await asyncio.sleep(poll_s)
+
+    def ready(self) -> bool:
+        if not self.managed:
+            return self.pool is not None
+        return self.server is not None and self.server.state is ServerState.READY and self.pool is not None
+
+    def new_run(self, spec: RunSpec) -> Run:
+        if self.pool is None or not self.ready():
+            state = self.server.status().message if self.server else "not started"
+            raise RuntimeError(f"the engine is not ready ({state})")
+        run = Run(spec, self.pool, self.store, request_timeout_s=self.settings.request_timeout_s)
+        self.runs.append(run)
+        return run
+
+    def _server_exited(self, server: ManagedServer) -> None:
+        tail = " | ".join(line for line in server.log_tail(5) if line.strip())
+        reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
+        for run in self.runs:
+            if not run.finished:
+                run.fail_endpoint_threadsafe(server.base_url, reason)
+
+    def close(self) -> None:
+        self.stop()
+        self.store.close()

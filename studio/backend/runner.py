@@ -1,0 +1,381 @@
+"""A Run: many requests from one RunSpec, at most `concurrency` in flight, an async stream of updates.
+
+Per request: wait for a slot in the studio → pick an endpoint → create, poll, download → validate the mp4
+→ write the sidecar and the history row → only then report it done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from studio import tiers
+from studio.backend.client import ClientError, JobOutcome, RequestTimings
+from studio.backend.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
+from studio.backend.router import EndpointPool, NoEndpointError
+from studio.backend.store import OutputStore
+from studio.media import VideoError, probe_mp4
+
+MAX_SEED = 2**32 - 1
+
+
+class SeedPolicy(StrEnum):
+    FIXED = "fixed"
+    RANDOM = "random"
+    INCREMENT = "increment"
+
+
+class RunSpec(BaseModel):
+    """What the user asked for in one submit: prompts x copies at one shape and sampling setting."""
+
+    prompts: list[str] = Field(min_length=1)
+    negative_prompt: str | None = None
+    tier: str = "256p"
+    aspect: str = "16:9"
+    frames: int | None = None
+    fps: int = tiers.DEFAULT_FPS
+    steps: int | None = Field(default=None, ge=1, le=200)
+    guidance: float | None = Field(default=None, ge=0, le=20)
+    flow_shift: float | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    seed_policy: SeedPolicy = SeedPolicy.FIXED
+    copies: int = Field(default=1, ge=1, le=64)
+    guardrails: bool = True
+    concurrency: int = Field(default=1, ge=1, le=256)
+    model: str | None = None
+    extra_params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("prompts")
+    @classmethod
+    def _clean_prompts(cls, prompts: list[str]) -> list[str]:
+        cleaned = [p.strip() for p in prompts if p and p.strip()]
+        if not cleaned:
+            raise ValueError("write at least one prompt")
+        for prompt in cleaned:
+            if "\x00" in prompt:
+                raise ValueError("a prompt may not contain NUL characters")
+        return cleaned
+
+    def shape(self) -> tiers.Shape:
+        return tiers.shape_for(self.tier, self.aspect, self.frames, self.fps)
+
+    def build_requests(self) -> list[VideoRequest]:
+        """Every request of the run, in order: each prompt, then its copies. Seeds follow the policy."""
+        shape = self.shape()
+        base_seed = self.seed if self.seed is not None else random.randint(0, MAX_SEED)
+        extra = dict(self.extra_params)
+        if not self.guardrails:
+            extra["guardrails"] = False
+        requests = []
+        for p_index, prompt in enumerate(self.prompts):
+            for copy in range(self.copies):
+                index = p_index * self.copies + copy
+                if self.seed_policy is SeedPolicy.RANDOM or (
+                    self.seed is None and self.seed_policy is SeedPolicy.FIXED
+                ):
+                    seed = random.randint(0, MAX_SEED)
+                elif self.seed_policy is SeedPolicy.INCREMENT:
+                    seed = (base_seed + index) % (MAX_SEED + 1)
+                else:
+                    seed = base_seed
+                requests.append(
+                    VideoRequest(
+                        prompt=prompt,
+                        negative_prompt=self.negative_prompt or None,
+                        model=self.model,
+                        width=shape.width,
+                        height=shape.height,
+                        num_frames=shape.num_frames,
+                        fps=shape.fps,
+                        num_inference_steps=self.steps,
+                        guidance_scale=self.guidance,
+                        flow_shift=self.flow_shift,
+                        seed=seed,
+                        extra_params=extra,
+                    )
+                )
+        return requests
+
+
+class RequestState(StrEnum):
+    WAITING = "waiting"  # in the studio, for a free slot
+    QUEUED = "queued"  # at the server, not started
+    RUNNING = "running"
+    DOWNLOADING = "downloading"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RequestState.DONE, RequestState.FAILED, RequestState.CANCELLED)
+
+
+@dataclass
+class RequestView:
+    """The studio's view of one request; what the page's table and the CLI show."""
+
+    id: str
+    run_id: str
+    position: int
+    request: VideoRequest
+    state: RequestState = RequestState.WAITING
+    progress: float = 0.0
+    job_id: str | None = None
+    endpoint: str | None = None
+    error: str | None = None
+    guardrail_blocked: bool = False
+    video_path: Path | None = None
+    sidecar_path: Path | None = None
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    server_progress_is_real: bool = False
+
+    @property
+    def elapsed_s(self) -> float:
+        end = self.timings.downloaded or (self.timings.completed if self.state.finished else None)
+        return (end or time.time()) - self.timings.created
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left, from real progress where the server reports it."""
+        if self.state is not RequestState.RUNNING or not self.server_progress_is_real or self.progress <= 0:
+            return None
+        started = self.timings.first_running or self.timings.accepted
+        if started is None:
+            return None
+        running_for = time.time() - started
+        return running_for * (100.0 - self.progress) / self.progress
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "position": self.position,
+            "prompt": self.request.prompt,
+            "size": self.request.size,
+            "num_frames": self.request.num_frames,
+            "seed": self.request.seed,
+            "state": str(self.state),
+            "progress": self.progress,
+            "job_id": self.job_id,
+            "endpoint": self.endpoint,
+            "error": self.error,
+            "guardrail_blocked": self.guardrail_blocked,
+            "video_path": str(self.video_path) if self.video_path else None,
+            **{k: v for k, v in self.timings.as_dict().items()},
+        }
+
+
+class Run:
+    """Executes a RunSpec against an endpoint pool; results go to the store before they are reported."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        pool: EndpointPool,
+        store: OutputStore,
+        request_timeout_s: float = 3600.0,
+        requests: list[VideoRequest] | None = None,
+    ):
+        self.id = f"run_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+        self.spec = spec
+        self.pool = pool
+        self.store = store
+        self.request_timeout_s = request_timeout_s
+        self.created_at = time.time()
+        self.views = [
+            RequestView(id=f"req_{uuid.uuid4().hex[:12]}", run_id=self.id, position=i, request=req)
+            for i, req in enumerate(requests if requests is not None else spec.build_requests())
+        ]
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
+        self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(spec.concurrency)
+        self._main: asyncio.Task | None = None
+        store.add_run(self.id, spec.model_dump(mode="json"), self.created_at)
+        for view in self.views:
+            store.add_request(
+                view.id,
+                self.id,
+                view.position,
+                view.timings.created,
+                view.request.prompt,
+                view.request.parameters(),
+            )
+
+    # ---- control -----------------------------------------------------------------------------------
+    def start(self) -> asyncio.Task:
+        if self._main is None:
+            self._main = asyncio.create_task(self._execute(), name=self.id)
+        return self._main
+
+    async def wait(self) -> list[RequestView]:
+        await self.start()
+        return self.views
+
+    async def updates(self) -> AsyncIterator[RequestView]:
+        """Each change of any request, until the run is over."""
+        self.start()
+        while True:
+            view = await self._updates.get()
+            if view is None:
+                return
+            yield view
+
+    def cancel(self, request_id: str, reason: str = "cancelled by the user") -> bool:
+        return self._stop(request_id, RequestState.CANCELLED, reason)
+
+    def cancel_all(self, reason: str = "cancelled by the user") -> int:
+        return sum(self._stop(view.id, RequestState.CANCELLED, reason) for view in self.views)
+
+    def fail_endpoint(self, url: str, reason: str) -> int:
+        """The server behind `url` died: fail what it was working on, with the reason."""
+        return sum(
+            self._stop(view.id, RequestState.FAILED, reason)
+            for view in self.views
+            if view.endpoint == url and not view.state.finished and view.state is not RequestState.WAITING
+        )
+
+    @property
+    def finished(self) -> bool:
+        return all(view.state.finished for view in self.views)
+
+    def fail_endpoint_threadsafe(self, url: str, reason: str) -> None:
+        """fail_endpoint from another thread (a server's exit watcher): runs on the run's own loop."""
+        if self._main is not None and not self._main.done():
+            self._main.get_loop().call_soon_threadsafe(self.fail_endpoint, url, reason)
+
+    def _stop(self, request_id: str, state: RequestState, reason: str) -> bool:
+        view = next((v for v in self.views if v.id == request_id), None)
+        if view is None or view.state.finished:
+            return False
+        self._cancel_reasons[request_id] = (state, reason)
+        task = self._tasks.get(request_id)
+        if task is not None and not task.done():
+            task.cancel()  # the client DELETEs the job on the server
+        return True
+
+    # ---- execution ---------------------------------------------------------------------------------
+    async def _execute(self) -> None:
+        try:
+            for view in self.views:
+                self._tasks[view.id] = asyncio.create_task(self._one(view), name=view.id)
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        finally:
+            self._updates.put_nowait(None)
+
+    def _emit(self, view: RequestView) -> None:
+        self._updates.put_nowait(view)
+
+    async def _one(self, view: RequestView) -> None:
+        try:
+            async with self._slots:
+                await self._attempt(view)
+        except asyncio.CancelledError:
+            state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
+            self._finish(view, state, reason)
+        except Exception as exc:  # never lose a request: it ends failed with the reason
+            self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
+
+    async def _attempt(self, view: RequestView) -> None:
+        try:
+            endpoint = self.pool.acquire()
+        except NoEndpointError as exc:
+            self._finish(view, RequestState.FAILED, str(exc))
+            return
+        view.endpoint = endpoint.url
+        ok = False
+        try:
+            view.state = RequestState.QUEUED
+            self.store.update_request(view.id, state=view.state, endpoint=endpoint.url)
+            self._emit(view)
+            dest = self.store.video_path_for(view.id, view.timings.created)
+            try:
+                outcome = await endpoint.client.run(
+                    view.request,
+                    dest,
+                    on_update=lambda record: self._on_record(view, record),
+                    timeout_s=self.request_timeout_s,
+                    timings=view.timings,
+                    on_accepted=lambda record: self._on_accepted(view, record),
+                )
+            except ClientError as exc:
+                self._finish(view, RequestState.FAILED, str(exc))
+                return
+            ok = await self._complete(view, outcome)
+        finally:
+            self.pool.release(endpoint, ok)
+
+    def _on_accepted(self, view: RequestView, record: JobRecord) -> None:
+        view.job_id = record.id
+        self.store.update_request(view.id, job_id=record.id)
+
+    def _on_record(self, view: RequestView, record: JobRecord) -> None:
+        if record.status is JobStatus.IN_PROGRESS:
+            view.state = RequestState.RUNNING
+            if 0 < record.progress < 100:
+                view.server_progress_is_real = True
+        elif record.status is JobStatus.COMPLETED:
+            view.state = RequestState.DOWNLOADING
+        view.progress = float(record.progress)
+        self._emit(view)
+
+    async def _complete(self, view: RequestView, outcome: JobOutcome) -> bool:
+        if not outcome.ok:
+            error = outcome.record.error
+            message = (error.message if error else "") or f"job ended {outcome.record.status}"
+            view.guardrail_blocked = is_guardrail_block(message)
+            code = f" (HTTP {error.code})" if error and error.code else ""
+            self._finish(view, RequestState.FAILED, message + code)
+            return False
+        assert outcome.video_path is not None
+        try:
+            info = await asyncio.to_thread(probe_mp4, outcome.video_path)
+        except VideoError as exc:
+            outcome.video_path.unlink(missing_ok=True)
+            self._finish(view, RequestState.FAILED, f"the server sent a video that does not play: {exc}")
+            return False
+        sidecar = {
+            "request_id": view.id,
+            "run_id": self.id,
+            "job_id": outcome.record.id,
+            "endpoint": view.endpoint,
+            "parameters": view.request.parameters(),
+            "seed": view.request.seed,
+            "timings": view.timings.as_dict(),
+            "job": outcome.record.model_dump(mode="json"),
+            "video": {
+                "width": info.width,
+                "height": info.height,
+                "num_frames": info.num_frames,
+                "fps": info.fps,
+                "codec": info.codec,
+                "pix_fmt": info.pix_fmt,
+                "bytes": info.bytes,
+            },
+        }
+        view.sidecar_path = self.store.write_sidecar(outcome.video_path, sidecar)
+        view.video_path = outcome.video_path
+        view.progress = 100.0
+        self._finish(view, RequestState.DONE, None)
+        return True
+
+    def _finish(self, view: RequestView, state: RequestState, error: str | None) -> None:
+        view.state, view.error = state, error
+        self.store.update_request(
+            view.id,
+            state=state,
+            error=error,
+            timings=view.timings.as_dict(),
+            video_path=view.video_path,
+            sidecar_path=view.sidecar_path,
+        )
+        self._emit(view)

@@ -1,0 +1,123 @@
+"""Settings of the studio: one place, read from flags, then env (OMNI_STUDIO_*), then `.env`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ASSETS_DIR = PROJECT_ROOT / "assets"
+DEFAULT_MODEL_DIR = ASSETS_DIR / "tiny-wan"
+DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
+
+EngineMode = Literal["embedded", "vllm-omni", "remote"]
+
+
+class StudioSettings(BaseSettings):
+    """Everything a user can configure. CLI flags are passed as init values and win over env."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OMNI_STUDIO_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # Which engine makes the videos.
+    engine: EngineMode = "embedded"
+    model: str = Field(default=str(DEFAULT_MODEL_DIR), description="model dir or hub id to serve")
+    served_model_name: str | None = None
+    remote_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="base URLs of running servers"
+    )
+    api_key: SecretStr | None = Field(default=None, description="bearer key of the servers")
+
+    # Embedded engine.
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    engine_threads: int | None = Field(default=None, ge=1, description="torch threads of the engine")
+    blocklist: Path = DEFAULT_BLOCKLIST
+
+    # vLLM-Omni serve options.
+    vllm_executable: str = Field(default="vllm", description="path or name of the `vllm` command")
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    cfg_parallel_size: int = Field(default=1, ge=1, le=2)
+    ulysses_degree: int = Field(default=1, ge=1)
+    model_class_name: str | None = None
+    init_timeout_s: float = Field(default=1800.0, gt=0)
+    guardrails: bool = Field(default=True, description="server-wide guardrails")
+    log_stats: bool = True
+    extra_serve_args: str = Field(default="", description="more `vllm serve` flags, split with shlex")
+    gpus: str | None = Field(default=None, description="e.g. 0,1,2,3: sets CUDA_VISIBLE_DEVICES")
+    docker_image: str = "vllm/vllm-omni:v0.30.0"
+    use_docker: bool = False
+    hf_home: Path | None = None
+    server_port: int | None = Field(default=None, ge=1, le=65535, description="port of a managed server")
+
+    # Client.
+    request_timeout_s: float = Field(default=3600.0, gt=0, description="give up on a job after this")
+    http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
+    poll_interval_s: float = Field(default=0.25, gt=0)
+
+    # Where results go.
+    outputs_dir: Path = Path("outputs")
+
+    # The page.
+    host: str = "127.0.0.1"
+    port: int = Field(default=7860, ge=1, le=65535)
+    share: bool = False
+    auth: str | None = Field(default=None, description="user:pass")
+    insecure: bool = False
+    default_tier: Literal["256p", "480p", "720p"] = "256p"
+    default_frames: int | None = Field(default=None, ge=1, description="frames when none are given (tier default)")
+    default_steps: int | None = Field(default=None, ge=1, le=200, description="steps when none are given")
+
+    @field_validator("remote_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        # Env gives a string; accept "a,b" besides JSON.
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    def api_key_value(self) -> str | None:
+        return self.api_key.get_secret_value() if self.api_key else None
+
+
+def load_settings(**overrides: object) -> StudioSettings:
+    """Settings with CLI overrides; None means "not given" and leaves env or default in place."""
+    return StudioSettings(**{key: value for key, value in overrides.items() if value is not None})
+
+
+class EngineSettings(BaseSettings):
+    """Settings of the embedded engine process (`python -m studio.engine`); flags win over env.
+
+    The API key and the sync timeout use vLLM-Omni's own variable names, so the same environment
+    configures either server.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OMNI_STUDIO_ENGINE_", extra="ignore", populate_by_name=True)
+
+    model: str = str(DEFAULT_MODEL_DIR)
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("VLLM_API_KEY", "api_key"))
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, ge=1)
+    guardrails: bool = True
+    blocklist: Path = DEFAULT_BLOCKLIST
+    output_dir: Path | None = None
+    default_steps: int = Field(default=35, ge=1, le=200)
+    default_guidance: float = Field(default=6.0, ge=0, le=20)
+    sync_timeout_s: float = Field(
+        default=600.0, gt=0, validation_alias=AliasChoices("VLLM_OMNI_VIDEO_SYNC_TIMEOUT", "sync_timeout_s")
+    )
+    max_kept_jobs: int = Field(default=1000, ge=1)
+    log_level: str = "info"
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or Path(self.model.rstrip("/")).name or self.model

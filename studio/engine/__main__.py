@@ -1,0 +1,108 @@
+"""`python -m studio.engine --model PATH --host 127.0.0.1 --port P [--api-key K] [--no-guardrails]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from studio.config import EngineSettings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m studio.engine",
+        description="The embedded engine: the vLLM-Omni video API over a diffusers pipeline.",
+    )
+    parser.add_argument("--model", help="diffusers pipeline directory (or hub id where a network exists)")
+    parser.add_argument("--served-model-name", help="the name clients send as `model` (default: dir name)")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default 8000)")
+    parser.add_argument("--api-key", help="require this bearer key on /v1 (better: env VLLM_API_KEY)")
+    parser.add_argument(
+        "--no-guardrails",
+        dest="guardrails",
+        action="store_false",
+        default=None,
+        help="turn the text guardrail off server-wide",
+    )
+    parser.add_argument("--blocklist", type=Path, help="the guardrail's blocklist file")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--output-dir", type=Path, help="where finished mp4s are kept (default: a temp dir)")
+    parser.add_argument("--default-steps", type=int, help="steps when a request sends none")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if v is not None}
+    settings = EngineSettings(**overrides)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+    )
+    log = logging.getLogger("studio.engine")
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and settings.api_key is None:
+        log.warning("binding %s without an API key: anyone who can reach it can use it", settings.host)
+
+    # Heavy imports after argument parsing so that --help and bad flags answer at once.
+    import uvicorn
+
+    from studio.engine.api import EngineState, create_app
+    from studio.engine.guard import TextGuard
+    from studio.engine.jobs import JobManager
+    from studio.engine.metrics import EngineMetrics
+    from studio.engine.pipeline import ModelLoadError, PipelineRunner
+
+    runner = PipelineRunner(settings.model, device=settings.device, threads=settings.threads)
+    try:
+        runner.load()
+    except ModelLoadError as exc:
+        log.error("%s", exc)
+        return 2
+    guard = None
+    if settings.guardrails:
+        try:
+            guard = TextGuard.from_file(settings.blocklist)
+        except OSError as exc:
+            log.error("cannot read the guardrail blocklist %s: %s", settings.blocklist, exc)
+            return 2
+    output_dir = settings.output_dir or Path(tempfile.mkdtemp(prefix="omni-studio-engine-"))
+    metrics = EngineMetrics(settings.model_name)
+    manager = JobManager(runner, output_dir, settings.model_name, metrics, max_kept_jobs=settings.max_kept_jobs)
+    manager.start()
+    state = EngineState(
+        manager=manager,
+        guard=guard,
+        model_name=settings.model_name,
+        model_root=settings.model,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        started_at=time.time(),
+        default_steps=settings.default_steps,
+        default_guidance=settings.default_guidance,
+        sync_timeout_s=settings.sync_timeout_s,
+    )
+    app = create_app(state)
+    log.info(
+        "serving %s on http://%s:%d (device %s, guardrails %s)",
+        settings.model_name,
+        settings.host,
+        settings.port,
+        runner.device,
+        "on" if guard else "off",
+    )
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    finally:
+        manager.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""Headless Chromium (Debian's package) driven by Playwright, against the studio started as a user starts it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from studio.backend.server import free_port
+
+CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/browser" in str(item.fspath):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        reason = f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}: browser tests must run under CI")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class RunningStudio:
+    url: str
+    outputs: Path
+    process: subprocess.Popen
+    log: Path
+
+
+def start_studio(outputs: Path, log: Path, *extra: str) -> RunningStudio:
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    handle = log.open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "studio", "ui", "--port", str(port), "--out", str(outputs), *extra],
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"studio exited with {process.returncode}: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return RunningStudio(url, outputs, process, log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"studio did not answer within 120 s: {log.read_text()[-3000:]}")
+
+
+def stop_studio(studio: RunningStudio) -> None:
+    import signal
+
+    try:
+        os.killpg(studio.process.pid, signal.SIGTERM)
+        studio.process.wait(30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(studio.process.pid, signal.SIGKILL)
+        studio.process.wait(10)
+
+
+@pytest.fixture
+def studio_app(tmp_path) -> Iterator[RunningStudio]:
+    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+    yield studio
+    stop_studio(studio)

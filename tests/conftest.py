@@ -1,0 +1,50 @@
+"""Shared fixtures: real engine subprocesses on loopback, started by the studio's own ManagedServer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from studio.backend.launchers import embedded_launch
+from studio.backend.server import ManagedServer
+from studio.config import DEFAULT_MODEL_DIR, StudioSettings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+MODEL_DIR = Path(DEFAULT_MODEL_DIR)
+API_KEY = "test-key-5f1c"
+# Small shapes keep the CPU tests quick; sizes stay multiples of 16 like every tier size.
+SMALL = {"size": "64x64", "num_frames": "5", "num_inference_steps": "2"}
+
+
+def engine_settings(**values) -> StudioSettings:
+    return StudioSettings(_env_file=None, **{"model": str(MODEL_DIR), "engine_threads": 1, **values})
+
+
+def start_engine(tmp_path: Path, **values) -> ManagedServer:
+    settings = engine_settings(**values)
+    server = ManagedServer(
+        lambda port: embedded_launch(settings, port, output_dir=tmp_path / "engine-out"),
+        log_path=tmp_path / "engine.log",
+        init_timeout_s=120,
+    )
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory) -> Iterator[ManagedServer]:
+    server = start_engine(tmp_path_factory.mktemp("engine"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def keyed_engine(tmp_path_factory) -> Iterator[ManagedServer]:
+    server = start_engine(tmp_path_factory.mktemp("keyed"), api_key=API_KEY)
+    yield server
+    server.stop()

@@ -1,0 +1,133 @@
+"""The studio's client and runner against a started engine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from studio.backend.client import VideoClient
+from studio.backend.protocol import JobStatus, VideoRequest
+from studio.backend.router import EndpointPool
+from studio.backend.runner import RequestState, Run, RunSpec
+from studio.backend.store import OutputStore
+from studio.media import probe_mp4
+
+pytestmark = pytest.mark.integration
+
+
+def request(**values) -> VideoRequest:
+    base = {
+        "prompt": "a red circle",
+        "width": 64,
+        "height": 64,
+        "num_frames": 5,
+        "num_inference_steps": 2,
+        "seed": 1,
+    }
+    return VideoRequest(**{**base, **values})
+
+
+def test_three_concurrent_jobs_decode_with_requested_shape(engine, tmp_path):
+    shapes = [(320, 192, 9), (192, 320, 5), (256, 256, 13)]
+
+    async def main():
+        async with VideoClient(engine.base_url, poll_interval_s=0.05) as client:
+            return await asyncio.gather(
+                *(
+                    client.run(request(width=w, height=h, num_frames=f, prompt=f"job {i}"), tmp_path / f"{i}.mp4")
+                    for i, (w, h, f) in enumerate(shapes)
+                )
+            )
+
+    outcomes = asyncio.run(main())
+    for (width, height, frames), outcome in zip(shapes, outcomes, strict=True):
+        assert outcome.ok, outcome.record.error
+        info = probe_mp4(outcome.video_path)
+        assert (info.width, info.height, info.num_frames) == (width, height, frames)
+        t = outcome.timings
+        assert t.created <= t.sent <= t.accepted <= t.completed <= t.downloaded
+        assert 0 < t.inference_s <= t.server_s
+    # One job at a time at the server: the three inference windows do not overlap much, so the later
+    # jobs waited in the queue.
+    waits = sorted(outcome.timings.queue_wait_s for outcome in outcomes)
+    assert waits[-1] > 0.5 * min(outcome.timings.inference_s for outcome in outcomes)
+
+
+def test_progress_rises_and_cancel_frees_the_engine(engine, tmp_path):
+    async def main():
+        seen: list[float] = []
+        async with VideoClient(engine.base_url, poll_interval_s=0.05) as client:
+            long_job = request(width=320, height=192, num_frames=33, num_inference_steps=200)
+
+            def track(record):
+                if record.status is JobStatus.IN_PROGRESS:
+                    seen.append(record.progress)
+
+            task = asyncio.create_task(client.run(long_job, tmp_path / "long.mp4", on_update=track))
+            while len({p for p in seen if p > 0}) < 3:
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            started = time.monotonic()
+            outcome = await client.run(request(), tmp_path / "next.mp4")
+            return seen, outcome, time.monotonic() - started
+
+    seen, outcome, next_job_s = asyncio.run(main())
+    rising = [p for p in seen if p > 0]
+    assert rising == sorted(rising) and rising[-1] > rising[0] and rising[-1] < 100
+    assert outcome.ok
+    assert next_job_s < 20  # the cancelled 200-step job is not still holding the worker
+
+
+def test_run_saves_before_reporting_and_records_history(engine, tmp_path):
+    store = OutputStore(tmp_path / "outputs")
+    pool = EndpointPool.from_urls([engine.base_url], poll_interval_s=0.05)
+    spec = RunSpec(
+        prompts=["a red circle", "a blue square"],
+        tier="256p",
+        aspect="1:1",
+        frames=5,
+        steps=2,
+        copies=2,
+        concurrency=4,
+        seed=10,
+        seed_policy="increment",
+    )
+
+    async def main():
+        run = Run(spec, pool, store)
+        done_views = []
+        async for view in run.updates():
+            if view.state is RequestState.DONE:
+                # Shown only once the mp4 and its sidecar are on disk and history says done.
+                assert view.video_path.is_file() and view.sidecar_path.is_file()
+                assert store.request_row(view.id)["state"] == "done"
+                done_views.append(view.id)
+        await pool.close()
+        return run, done_views
+
+    run, done_views = asyncio.run(main())
+    assert len(set(done_views)) == 4
+    assert [v.request.seed for v in run.views] == [10, 11, 12, 13]
+    rows = store.run_requests(run.id)
+    assert [row["state"] for row in rows] == ["done"] * 4
+    assert all(row["timings"]["latency_s"] > 0 for row in rows)
+
+
+def test_guardrail_block_reads_as_such(engine, tmp_path):
+    store = OutputStore(tmp_path / "outputs")
+    pool = EndpointPool.from_urls([engine.base_url], poll_interval_s=0.05)
+    spec = RunSpec(prompts=["gore and more gore"], tier="256p", aspect="1:1", frames=5, steps=2)
+
+    async def main():
+        run = Run(spec, pool, store)
+        await run.wait()
+        await pool.close()
+        return run.views[0]
+
+    view = asyncio.run(main())
+    assert view.state is RequestState.FAILED and view.guardrail_blocked
+    assert "guardrail" in view.error and "400" in view.error
