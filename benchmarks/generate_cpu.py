@@ -1,0 +1,83 @@
+"""`omni-studio generate` end to end against the plain diffusers call, on this machine's CPU.
+
+Measures, in one run and alternating the two so that machine noise hits both alike:
+- studio: wall time of the `omni-studio generate` subprocess (engine start, request, poll, download,
+  validate, sidecar), and the engine's start-to-ready time it reports;
+- baseline: the plain diffusers pipeline call of the same shape in this process (model loaded once),
+  plus the mp4 encode, i.e. the least any tool could spend on the same video.
+
+Usage: python benchmarks/generate_cpu.py [--repeats 5] [--tier 256p --aspect 16:9 --frames 33 --steps 35]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from studio import tiers  # noqa: E402
+from studio.config import DEFAULT_MODEL_DIR  # noqa: E402
+
+
+def studio_once(args: argparse.Namespace, out: Path) -> tuple[float, float]:
+    command = [sys.executable, "-m", "studio", "generate", "a red circle moving left", "--tier", args.tier,
+               "--aspect", args.aspect, "--frames", str(args.frames), "--steps", str(args.steps), "--seed", "1",
+               "--out", str(out), "--quiet"]
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    ready = float(re.search(r"engine ready in ([0-9.]+) s", result.stderr).group(1))
+    return wall, ready
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tier", default="256p")
+    parser.add_argument("--aspect", default="16:9")
+    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--steps", type=int, default=35)
+    args = parser.parse_args()
+
+    import torch
+
+    from studio.engine.pipeline import GenerationParams, PipelineRunner
+    from studio.media import encode_mp4
+
+    width, height = tiers.size_for(args.tier, args.aspect)
+    runner = PipelineRunner(str(DEFAULT_MODEL_DIR), device="cpu")
+    runner.load()
+    params = GenerationParams(prompt="a red circle moving left", width=width, height=height,
+                              num_frames=tiers.round_frames(args.frames), num_inference_steps=args.steps,
+                              guidance_scale=tiers.DEFAULT_GUIDANCE, seed=1)
+    studio_walls, readies, baseline = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            wall, ready = studio_once(args, Path(tmp) / "studio")
+            studio_walls.append(wall)
+            readies.append(ready)
+            started = time.perf_counter()
+            output = runner.generate(params)
+            encode_mp4(output.frames, tiers.DEFAULT_FPS, Path(tmp) / f"baseline{i}.mp4")
+            baseline.append(time.perf_counter() - started)
+    studio_median, base_median = statistics.median(studio_walls), statistics.median(baseline)
+    print(f"shape {width}x{height}, {params.num_frames} frames, {args.steps} steps, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, {args.repeats} repeats")
+    print(f"omni-studio generate wall  median {studio_median:.2f} s  (all: {', '.join(f'{w:.2f}' for w in studio_walls)})")
+    print(f"  of which engine start    median {statistics.median(readies):.2f} s")
+    print(f"plain diffusers call+mp4   median {base_median:.2f} s  (all: {', '.join(f'{b:.2f}' for b in baseline)})")
+    print(f"ratio studio / plain       {studio_median / base_median:.2f}")
+    print(f"ratio (studio - start) / plain {(studio_median - statistics.median(readies)) / base_median:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
