@@ -35,8 +35,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Module scope: Playwright's sync API holds an event loop on the main thread while it runs, which
+    # must be gone before tests elsewhere call asyncio.run().
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
         reason = f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
         if os.environ.get("CI", "").lower() == "true":
