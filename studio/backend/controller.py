@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from studio import tiers
+from studio.backend.board import RequestBoard
 from studio.backend.client import server_root
 from studio.backend.launchers import LaunchSpec, launch_for
 from studio.backend.router import EndpointPool
@@ -29,7 +30,7 @@ class StudioController:
         self.store = OutputStore(Path(settings.outputs_dir))
         self.server: ManagedServer | None = None
         self.pool: EndpointPool | None = None
-        self.runs: list[Run] = []
+        self.board = RequestBoard()
         self._lock = threading.Lock()
         self._starter: threading.Thread | None = None
         self.start_error: str | None = None
@@ -98,6 +99,16 @@ class StudioController:
         self.start_error = None
         self.start()
 
+    def apply_settings(self, settings: StudioSettings) -> None:
+        """New engine settings: they take effect on the next start (the server is rebuilt)."""
+        self.stop()
+        with self._lock:
+            self.settings = settings
+            self.server = None
+            self.pool = None
+            self.start_error = None
+            self._starter = None
+
     def engine_summary(self) -> str:
         """One line for the page: which engine, and whether it can take work."""
         if not self.managed:
@@ -153,13 +164,13 @@ class StudioController:
             state = self.server.status().message if self.server else "not started"
             raise RuntimeError(f"the engine is not ready ({state})")
         run = Run(spec, self.pool, self.store, request_timeout_s=self.settings.request_timeout_s)
-        self.runs.append(run)
+        self.board.add_run(run)
         return run
 
     def _server_exited(self, server: ManagedServer) -> None:
         tail = " | ".join(line for line in server.log_tail(5) if line.strip())
         reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
-        for run in self.runs:
+        for run in self.board.runs:
             if not run.finished:
                 run.fail_endpoint_threadsafe(server.base_url, reason)
 

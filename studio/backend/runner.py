@@ -10,7 +10,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -22,6 +22,7 @@ from studio import tiers
 from studio.backend.client import ClientError, JobOutcome, RequestTimings
 from studio.backend.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
 from studio.backend.router import EndpointPool, NoEndpointError
+from studio.backend.stats import RequestSample
 from studio.backend.store import OutputStore
 from studio.media import VideoError, probe_mp4
 
@@ -53,6 +54,8 @@ class RunSpec(BaseModel):
     concurrency: int = Field(default=1, ge=1, le=256)
     model: str | None = None
     extra_params: dict[str, Any] = Field(default_factory=dict)
+    input_reference: Path | None = None  # an image for image-to-video, sent as a file upload
+    generate_sound: bool = False  # sound_duration follows the video: frames / fps
 
     @field_validator("prompts")
     @classmethod
@@ -101,6 +104,9 @@ class RunSpec(BaseModel):
                         flow_shift=self.flow_shift,
                         seed=seed,
                         extra_params=extra,
+                        input_reference=self.input_reference,
+                        generate_sound=True if self.generate_sound else None,
+                        sound_duration=round(shape.seconds, 3) if self.generate_sound else None,
                     )
                 )
         return requests
@@ -138,6 +144,29 @@ class RequestView:
     sidecar_path: Path | None = None
     timings: RequestTimings = field(default_factory=RequestTimings)
     server_progress_is_real: bool = False
+    finished_at: float | None = None
+
+    @property
+    def tier(self) -> str | None:
+        return tiers.tier_of_size(self.request.width, self.request.height)
+
+    @property
+    def shape_key(self) -> tuple:
+        """Requests of one shape take about as long as each other: the key for estimates."""
+        r = self.request
+        return (r.width, r.height, r.num_frames, r.num_inference_steps, r.guidance_scale)
+
+    def sample(self) -> RequestSample:
+        t = self.timings
+        return RequestSample(
+            state=str(self.state),
+            tier=self.tier,
+            created=t.created,
+            finished=self.finished_at,
+            latency_s=t.latency_s if self.state is RequestState.DONE else None,
+            queue_wait_s=t.queue_wait_s,
+            inference_s=t.inference_s,
+        )
 
     @property
     def elapsed_s(self) -> float:
@@ -200,6 +229,7 @@ class Run:
         self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(spec.concurrency)
         self._main: asyncio.Task | None = None
+        self._listeners: list[Callable[[RequestView], None]] = []
         store.add_run(self.id, spec.model_dump(mode="json"), self.created_at)
         for view in self.views:
             store.add_request(
@@ -272,8 +302,14 @@ class Run:
         finally:
             self._updates.put_nowait(None)
 
+    def add_listener(self, listener: Callable[[RequestView], None]) -> None:
+        """Called on the run's event loop at every change of a request."""
+        self._listeners.append(listener)
+
     def _emit(self, view: RequestView) -> None:
         self._updates.put_nowait(view)
+        for listener in self._listeners:
+            listener(view)
 
     async def _one(self, view: RequestView) -> None:
         try:
@@ -369,7 +405,7 @@ class Run:
         return True
 
     def _finish(self, view: RequestView, state: RequestState, error: str | None) -> None:
-        view.state, view.error = state, error
+        view.state, view.error, view.finished_at = state, error, time.time()
         self.store.update_request(
             view.id,
             state=state,

@@ -97,8 +97,9 @@ def stop_studio(studio: RunningStudio) -> None:
         studio.process.wait(10)
 
 
-@pytest.fixture
-def studio_app(tmp_path) -> Iterator[RunningStudio]:
-    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+@pytest.fixture(scope="module")
+def studio_app(tmp_path_factory) -> Iterator[RunningStudio]:
+    folder = tmp_path_factory.mktemp("studio")
+    studio = start_studio(folder / "outputs", folder / "studio.log")
     yield studio
     stop_studio(studio)

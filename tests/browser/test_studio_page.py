@@ -1,0 +1,120 @@
+"""The studio page as a person uses it, in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import start_studio, stop_studio
+
+pytestmark = pytest.mark.browser
+
+
+def fill_form(page, prompts: str, frames: int, steps: int, copies: int, concurrency: int) -> None:
+    page.locator("#prompt textarea").fill(prompts)
+    page.locator("#tier").get_by_label("256p").check()
+    page.locator("#frames input").fill(str(frames))
+    page.locator("#steps input").fill(str(steps))
+    page.locator("#copies input").fill(str(copies))
+    page.locator("#concurrency input[type=number]").fill(str(concurrency))
+    page.locator("#concurrency input[type=number]").press("Enter")
+
+
+def test_four_videos_play_and_history_survives_a_restart(browser, tmp_path):
+    outputs, log = tmp_path / "outputs", tmp_path / "studio.log"
+    studio = start_studio(outputs, log)
+    try:
+        page = browser.new_page()
+        page.goto(studio.url)
+        fill_form(page, "a red circle moving left\na blue square moving up", frames=5, steps=2, copies=2, concurrency=4)
+        page.locator("#generate").click()
+        page.locator("#status").get_by_text("queued 4 requests").wait_for(timeout=60_000)
+        page.locator("#stats").get_by_text("4 completed").wait_for(timeout=240_000)
+        page.locator("#gallery .thumbnail-item").nth(3).wait_for(timeout=30_000)
+        table = page.locator("#requests").inner_text()
+        assert table.count("done") >= 4
+        for index in range(4):
+            page.locator("#gallery .thumbnail-item").nth(index).click()
+            page.wait_for_function(
+                "() => { const v = document.querySelector('#video video');"
+                " return v && v.readyState >= 2 && v.videoWidth === 320; }",
+                timeout=30_000,
+            )
+        assert "seed" in page.locator("#details").inner_text()
+        run_id = re.search(r"run_\w+", page.locator("#status").inner_text()).group(0)
+        page.close()
+    finally:
+        stop_studio(studio)
+
+    studio = start_studio(outputs, log)
+    try:
+        page = browser.new_page()
+        page.goto(studio.url)
+        page.get_by_role("tab", name="History").click()
+        history = page.locator("#history")
+        cell = history.get_by_text(run_id).last
+        cell.wait_for(timeout=30_000)
+        cell.click()
+        expect(page.locator("#history-requests")).to_contain_text("done", timeout=30_000)
+        page.close()
+    finally:
+        stop_studio(studio)
+
+
+def test_cancel_all_leaves_nothing_running(browser, studio_app):
+    page = browser.new_page()
+    try:
+        page.goto(studio_app.url)
+        page.locator("#engine-status").get_by_text("ready at").wait_for(timeout=120_000)
+        engine_url = re.search(r"http://127\.0\.0\.1:\d+", page.locator("#engine-status").inner_text()).group(0)
+        fill_form(page, "a long one\nanother long one", frames=33, steps=200, copies=2, concurrency=4)
+        page.locator("#generate").click()
+        expect(page.locator("#requests")).to_contain_text("running", timeout=120_000)
+        page.locator("#cancel-all").click()
+        page.locator("#stats").get_by_text("4 cancelled").wait_for(timeout=60_000)
+        assert "running" not in page.locator("#requests").inner_text()
+        metrics = httpx.get(engine_url + "/metrics").text
+        assert re.search(r"vllm_omni:num_requests_running\{[^}]*\} 0\.0", metrics)
+        assert re.search(r"vllm_omni:num_requests_waiting\{[^}]*\} 0\.0", metrics)
+    finally:
+        page.close()
+
+
+def test_prompt_markup_is_shown_not_run(browser, studio_app):
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    try:
+        page.goto(studio_app.url)
+        fill_form(page, "<img src=x onerror=alert(1)>", frames=5, steps=2, copies=1, concurrency=1)
+        page.locator("#generate").click()
+        page.locator("#stats").get_by_text("1 completed").wait_for(timeout=240_000)
+        expect(page.locator("#requests")).to_contain_text("<img src=x onerror=alert(1)>", timeout=30_000)
+        page.locator("#gallery .thumbnail-item").first.click()
+        page.locator("#details").get_by_text("<img src=x onerror=alert(1)>").first.wait_for(timeout=30_000)
+        assert dialogs == []
+        assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
+    finally:
+        page.close()
+
+
+def test_bad_input_gets_a_clear_message(browser, studio_app):
+    page = browser.new_page()
+    try:
+        page.goto(studio_app.url)
+        page.locator("#prompt textarea").fill("   ")
+        page.locator("#generate").click()
+        page.locator("#status").get_by_text("write at least one prompt").wait_for(timeout=30_000)
+        page.locator("#prompt textarea").fill("a blue square")
+        page.locator("#frames input").fill("100000")
+        page.locator("#generate").click()
+        page.locator("#status").get_by_text("frames must be between 5 and 400 for 256p").wait_for(timeout=30_000)
+        page.locator("#frames input").fill("9")
+        page.locator("#seed textarea, #seed input").first.fill("abc")
+        page.locator("#generate").click()
+        page.locator("#status").get_by_text("seed must be a whole number").wait_for(timeout=30_000)
+    finally:
+        page.close()
