@@ -68,6 +68,8 @@ def test_submit_runs_everything_and_figures_follow(controller):
     assert len(items) == 4 and all(path.endswith(".mp4") for path, _ in items)
     latency, timeline, throughput = handlers.figures(board)
     assert len(timeline.axes[0].patches) >= 8  # a queue and an inference bar per request
+    assert sum(patch.get_height() for patch in latency.axes[0].patches) == 4  # four latencies in the histogram
+    assert len(throughput.axes[0].lines) == 1
     assert handlers.history_rows(controller)[0][0] == run.id
 
     exported = handlers.export_run(controller, run.id, "csv")
