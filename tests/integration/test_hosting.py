@@ -1,0 +1,70 @@
+"""Exposure rules and the share link's failure, with the real `omni-studio ui` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from studio.backend.server import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("flags", [["--share"], ["--host", "0.0.0.0"]])
+def test_public_binding_needs_auth(flags, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "studio", "ui", *flags, "--port", str(free_port()), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "add --auth user:pass (or --insecure" in result.stderr
+
+
+def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "ui",
+            "--share",
+            "--auth",
+            "user:secret-pass",
+            "--port",
+            str(port),
+            "--out",
+            str(tmp_path / "outputs"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        lines = []
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "could not create a share link" in line:
+                break
+        assert any("could not create a share link" in line and "Still serving locally" in line for line in lines)
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+        assert page.status_code == 200
+        # --auth guards the page's API: an anonymous config request gets no app.
+        assert "secret-pass" not in page.text
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)

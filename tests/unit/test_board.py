@@ -1,0 +1,37 @@
+"""RequestBoard's progress estimate where a server reports none (vLLM-Omni: 0 until 100)."""
+
+import time
+
+from studio.backend.board import RequestBoard
+from studio.backend.client import RequestTimings
+from studio.backend.protocol import VideoRequest
+from studio.backend.runner import RequestState, RequestView
+
+
+def view(state: RequestState, first_running: float | None = None, inference: float | None = None) -> RequestView:
+    request = VideoRequest(prompt="p", width=320, height=192, num_frames=33, num_inference_steps=35)
+    timings = RequestTimings(created=0.0, sent=0.0, accepted=0.0, first_running=first_running)
+    if inference is not None:
+        timings.completed, timings.server_inference_s = first_running + inference, inference
+    return RequestView(id="req_x", run_id="run", position=0, request=request, state=state, timings=timings)
+
+
+def test_estimate_from_finished_requests_of_the_same_shape():
+    board = RequestBoard()
+    now = time.time()
+    running = view(RequestState.RUNNING, first_running=now - 5.0)
+    unknown = board.progress(running, now)
+    assert unknown.estimated and unknown.eta_s is None  # nothing of this shape finished yet
+    board._on_update(view(RequestState.DONE, first_running=now - 100, inference=20.0))
+    estimate = board.progress(running, now)
+    assert estimate.estimated
+    assert abs(estimate.percent - 25.0) < 0.5 and abs(estimate.eta_s - 15.0) < 0.5
+
+
+def test_real_progress_is_used_as_is():
+    board = RequestBoard()
+    running = view(RequestState.RUNNING, first_running=time.time() - 2.0)
+    running.progress, running.server_progress_is_real = 40.0, True
+    progress = board.progress(running)
+    assert not progress.estimated and progress.percent == 40.0
+    assert progress.eta_s is not None and 2.0 < progress.eta_s < 4.0
