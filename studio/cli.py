@@ -91,6 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--quiet", action="store_true", help="no progress display")
     _add_engine_flags(gen)
 
+    bench = sub.add_parser("bench", help="measure latency and throughput over concurrency, tiers, replicas")
+    _add_engine_flags(bench)
+    bench.add_argument("--replicas", type=int, default=1, help="managed servers behind the router (default 1)")
+    bench.add_argument("--engine-threads", dest="engine_threads", type=int, help="torch threads per embedded replica")
+    bench.add_argument("--requests", type=int, default=16, help="measured requests per cell")
+    bench.add_argument("--concurrency", default="1,4", help="comma list, e.g. 1,4,16")
+    bench.add_argument("--tier", default="256p", help="comma list, e.g. 256p,480p")
+    bench.add_argument("--aspect", default="16:9", choices=tiers.ASPECTS)
+    bench.add_argument("--frames", type=int)
+    bench.add_argument("--steps", type=int)
+    bench.add_argument("--guardrails", dest="bench_guardrails", default="on", help="per request: on, off, or on,off")
+    bench.add_argument("--request-rate", type=float, help="open loop: Poisson arrivals per second")
+    bench.add_argument("--warmup", type=int, default=1, help="requests per cell before measuring")
+    bench.add_argument("--slo-seconds", type=float, help="latency objective for goodput and the recommendation")
+    bench.add_argument("--prompts", type=Path, help="a file with one prompt per line")
+    bench.add_argument("--out", type=Path, required=True, help="report folder")
+
     eng = sub.add_parser("engine", help="run the embedded engine alone (python -m studio.engine)", add_help=False)
     eng.add_argument("engine_args", nargs=argparse.REMAINDER)
 
@@ -127,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             from studio.generate import run_generate
 
             return asyncio.run(run_generate(args, _settings(args)))
+        if args.command == "bench":
+            from studio.bench_cli import run_bench_command
+
+            return run_bench_command(args, _settings(args))
         if args.command == "ui":
             from studio.ui.launch import launch_ui
 

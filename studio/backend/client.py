@@ -35,6 +35,10 @@ class ClientError(RuntimeError):
         self.status_code = status_code
 
 
+class ServerUnreachable(ClientError):
+    """No answer at all (connection refused, reset, DNS): another replica may take the request."""
+
+
 class RequestRejected(ClientError):
     """The server refused the request (4xx/5xx without a job record)."""
 
@@ -100,7 +104,14 @@ class RequestTimings:
 
     @property
     def latency_s(self) -> float | None:
-        """End to end as the user sees it: from submit in the studio to the mp4 on disk."""
+        """End to end of the request: from sending it to the mp4 on disk (vLLM-Omni's benchmark e2el).
+        Time spent waiting in the studio for a free slot is `studio_wait_s`, apart."""
+        end = self.downloaded or self.completed
+        return None if end is None or self.sent is None else end - self.sent
+
+    @property
+    def total_s(self) -> float | None:
+        """From the submit in the studio to the mp4 on disk, studio wait included."""
         end = self.downloaded or self.completed
         return None if end is None else end - self.created
 
@@ -118,6 +129,7 @@ class RequestTimings:
             "queue_wait_s": self.queue_wait_s,
             "inference_s": self.inference_s,
             "latency_s": self.latency_s,
+            "total_s": self.total_s,
         }
 
 
@@ -158,6 +170,14 @@ class VideoClient:
     async def close(self) -> None:
         await self._sdk.close()
 
+    async def healthy(self, timeout_s: float = 5.0) -> bool:
+        """GET /health answers 200."""
+        try:
+            async with httpx.AsyncClient(timeout=timeout_s) as http:
+                return (await http.get(self.base_url[: -len("/v1")] + "/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     async def __aenter__(self) -> VideoClient:
         return self
 
@@ -180,8 +200,10 @@ class VideoClient:
             return JobRecord.model_validate(raw.http_response.json())
         except openai.APIStatusError as exc:
             return self._job_or_raise(exc)
+        except openai.APITimeoutError as exc:
+            raise ClientError(f"{self.base_url} did not answer the create call in time: {exc}") from exc
         except openai.APIConnectionError as exc:
-            raise ClientError(f"cannot reach {self.base_url}: {exc}") from exc
+            raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
 
     async def retrieve(self, job_id: str) -> JobRecord:
         try:

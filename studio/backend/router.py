@@ -5,6 +5,8 @@ Each request goes to the endpoint with the fewest outstanding requests; ties go 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -29,6 +31,9 @@ class NoEndpointError(RuntimeError):
     pass
 
 
+log = logging.getLogger(__name__)
+
+
 class EndpointPool:
     def __init__(self, endpoints: list[Endpoint]):
         if not endpoints:
@@ -40,9 +45,9 @@ class EndpointPool:
     def from_urls(cls, urls: list[str], api_key: str | None = None, **client_options: float) -> EndpointPool:
         return cls([Endpoint(url=url, client=VideoClient(url, api_key=api_key, **client_options)) for url in urls])
 
-    def acquire(self) -> Endpoint:
+    def acquire(self, exclude: set[str] | None = None) -> Endpoint:
         with self._lock:
-            candidates = [ep for ep in self.endpoints if ep.healthy]
+            candidates = [ep for ep in self.endpoints if ep.healthy and ep.url not in (exclude or set())]
             if not candidates:
                 raise NoEndpointError("no healthy server: " + ", ".join(ep.url for ep in self.endpoints))
             chosen = min(candidates, key=lambda ep: ep.outstanding)
@@ -56,6 +61,25 @@ class EndpointPool:
                 endpoint.completed += 1
             else:
                 endpoint.failed += 1
+
+    def mark_down(self, endpoint: Endpoint, reason: str) -> None:
+        if endpoint.healthy:
+            log.warning("endpoint %s is down: %s", endpoint.url, reason)
+        endpoint.healthy = False
+
+    async def check_health(self) -> None:
+        """Probe every endpoint's /health: a failing one is skipped, a recovered one comes back."""
+        results = await asyncio.gather(*(ep.client.healthy() for ep in self.endpoints))
+        for endpoint, healthy in zip(self.endpoints, results, strict=True):
+            if healthy and not endpoint.healthy:
+                log.info("endpoint %s is back", endpoint.url)
+            endpoint.healthy = healthy
+
+    async def watch_health(self, interval_s: float = 2.0) -> None:
+        """Run until cancelled."""
+        while True:
+            await self.check_health()
+            await asyncio.sleep(interval_s)
 
     def find(self, url: str) -> Endpoint | None:
         return next((ep for ep in self.endpoints if ep.url == url), None)

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from studio import tiers
-from studio.backend.client import ClientError, JobOutcome, RequestTimings
+from studio.backend.client import ClientError, JobOutcome, RequestTimings, ServerUnreachable
 from studio.backend.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
 from studio.backend.router import EndpointPool, NoEndpointError
 from studio.backend.stats import RequestSample
@@ -213,6 +213,7 @@ class Run:
         store: OutputStore,
         request_timeout_s: float = 3600.0,
         requests: list[VideoRequest] | None = None,
+        arrivals: list[float] | None = None,
     ):
         self.id = f"run_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
         self.spec = spec
@@ -224,6 +225,8 @@ class Run:
             RequestView(id=f"req_{uuid.uuid4().hex[:12]}", run_id=self.id, position=i, request=req)
             for i, req in enumerate(requests if requests is not None else spec.build_requests())
         ]
+        # Open loop: request i is released `arrivals[i]` seconds after the run starts (else all at once).
+        self.arrivals = arrivals
         self._tasks: dict[str, asyncio.Task] = {}
         self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
         self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
@@ -295,6 +298,7 @@ class Run:
 
     # ---- execution ---------------------------------------------------------------------------------
     async def _execute(self) -> None:
+        self._started = time.monotonic()
         try:
             for view in self.views:
                 self._tasks[view.id] = asyncio.create_task(self._one(view), name=view.id)
@@ -313,6 +317,9 @@ class Run:
 
     async def _one(self, view: RequestView) -> None:
         try:
+            if self.arrivals is not None:
+                await asyncio.sleep(max(0.0, self._started + self.arrivals[view.position] - time.monotonic()))
+                view.timings.created = time.time()  # latency counts from the arrival
             async with self._slots:
                 await self._attempt(view)
         except asyncio.CancelledError:
@@ -322,11 +329,25 @@ class Run:
             self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
 
     async def _attempt(self, view: RequestView) -> None:
-        try:
-            endpoint = self.pool.acquire()
-        except NoEndpointError as exc:
-            self._finish(view, RequestState.FAILED, str(exc))
-            return
+        """Send the request; if an endpoint cannot be reached before it accepted the job, try another."""
+        tried: set[str] = set()
+        while True:
+            try:
+                endpoint = self.pool.acquire(exclude=tried)
+            except NoEndpointError as exc:
+                self._finish(view, RequestState.FAILED, str(exc) if not tried else f"no server took it: {exc}")
+                return
+            tried.add(endpoint.url)
+            try:
+                await self._attempt_on(view, endpoint)
+                return
+            except ServerUnreachable as exc:
+                self.pool.mark_down(endpoint, str(exc))
+                if view.job_id is not None:  # accepted, then lost: report, never run twice
+                    self._finish(view, RequestState.FAILED, str(exc))
+                    return
+
+    async def _attempt_on(self, view: RequestView, endpoint) -> None:
         view.endpoint = endpoint.url
         ok = False
         try:
@@ -343,6 +364,8 @@ class Run:
                     timings=view.timings,
                     on_accepted=lambda record: self._on_accepted(view, record),
                 )
+            except ServerUnreachable:
+                raise
             except ClientError as exc:
                 self._finish(view, RequestState.FAILED, str(exc))
                 return
