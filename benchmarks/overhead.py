@@ -1,0 +1,112 @@
+"""The studio's per-request overhead: its run engine against a bare HTTP loop, same engine, same requests.
+
+One embedded engine; rounds alternate between the two clients so machine noise hits both alike.
+- studio: a Run (openai SDK client, router, store): from sending a request to its mp4 validated, its
+  sidecar and history row written;
+- bare: plain httpx: POST the same multipart form, poll GET at the same interval, download the mp4.
+Reported: median latency of each and their ratio, at each concurrency.
+
+Usage: python benchmarks/overhead.py [--rounds 3] [--requests 16] [--concurrency 1,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from studio.backend.launchers import embedded_launch  # noqa: E402
+from studio.backend.router import EndpointPool  # noqa: E402
+from studio.backend.runner import RequestState, Run, RunSpec  # noqa: E402
+from studio.backend.server import ManagedServer  # noqa: E402
+from studio.backend.store import OutputStore  # noqa: E402
+from studio.config import StudioSettings  # noqa: E402
+
+POLL_S = 0.25
+
+
+def spec(requests: int, concurrency: int) -> RunSpec:
+    return RunSpec(
+        prompts=[f"a red circle {i}" for i in range(requests)],
+        tier="256p",
+        aspect="16:9",
+        frames=9,
+        steps=4,
+        seed=1,
+        concurrency=concurrency,
+    )
+
+
+async def studio_round(url: str, store: OutputStore, requests: int, concurrency: int) -> list[float]:
+    pool = EndpointPool.from_urls([url], poll_interval_s=POLL_S)
+    run = Run(spec(requests, concurrency), pool, store)
+    await run.wait()
+    await pool.close()
+    assert all(v.state is RequestState.DONE for v in run.views), [v.error for v in run.views]
+    return [v.finished_at - v.timings.sent for v in run.views]
+
+
+async def bare_round(url: str, folder: Path, requests: int, concurrency: int) -> list[float]:
+    slots = asyncio.Semaphore(concurrency)
+    forms = [r.form_fields() for r in spec(requests, concurrency).build_requests()]
+
+    async def one(http: httpx.AsyncClient, index: int, fields: dict[str, str]) -> float:
+        async with slots:
+            sent = time.perf_counter()
+            job = (await http.post("/v1/videos", files={k: (None, v) for k, v in fields.items()})).json()
+            while job["status"] not in ("completed", "failed"):
+                await asyncio.sleep(POLL_S)
+                job = (await http.get(f"/v1/videos/{job['id']}")).json()
+            content = await http.get(f"/v1/videos/{job['id']}/content")
+            (folder / f"{index}.mp4").write_bytes(content.content)
+            return time.perf_counter() - sent
+
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+        return list(await asyncio.gather(*(one(http, i, f) for i, f in enumerate(forms))))
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    settings = StudioSettings(_env_file=None, engine_threads=args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = ManagedServer(lambda port: embedded_launch(settings, port, output_dir=Path(tmp) / "engine"))
+        server.start()
+        store = OutputStore(Path(tmp) / "outputs")
+        try:
+            for concurrency in args.concurrency:
+                studio, bare = [], []
+                await bare_round(server.base_url, Path(tmp), 2, 1)  # warm-up
+                for _ in range(args.rounds):
+                    studio += await studio_round(server.base_url, store, args.requests, concurrency)
+                    bare += await bare_round(server.base_url, Path(tmp), args.requests, concurrency)
+                s, b = statistics.median(studio), statistics.median(bare)
+                print(
+                    f"concurrency {concurrency:>3}: studio median {s:.3f} s, bare httpx median {b:.3f} s, "
+                    f"ratio {s / b:.3f}  ({len(studio)} requests each)",
+                    flush=True,
+                )
+        finally:
+            server.stop()
+            store.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 16])
+    parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
+    asyncio.run(main_async(parser.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
