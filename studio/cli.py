@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -133,8 +134,19 @@ def _validation_text(exc: ValidationError) -> str:
     )
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM ends the process without unwinding by default; turn it into SystemExit so that `finally`
+    blocks and atexit hooks stop the servers this process started."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _exit_on_sigterm()
     if args.command == "engine":
         from studio.engine.__main__ import main as engine_main
 

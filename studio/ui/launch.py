@@ -59,6 +59,7 @@ def launch_ui(settings: StudioSettings) -> int:
             prevent_thread_lock=True,
             quiet=False,
             footer_links=["gradio", "settings"],
+            ssr_mode=False,  # no Node.js server beside ours: one process to watch and stop
         )
         if settings.share and not demo.share_url:
             # The tunnel binary and its server come from the internet; without them Gradio stays local.

@@ -68,3 +68,26 @@ def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(30)
+
+
+def test_sigterm_stops_the_managed_engine_too(tmp_path):
+    import re
+
+    from studio.backend.server import port_is_free
+    from tests.browser.conftest import start_studio
+
+    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+    engine_log = tmp_path / "outputs" / "logs" / "embedded-server.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "Application startup complete" not in (
+        engine_log.read_text() if engine_log.exists() else ""
+    ):
+        time.sleep(0.2)
+    port = int(re.search(r"--port (\d+)", engine_log.read_text()).group(1))
+    assert not port_is_free(port)
+    studio.process.send_signal(signal.SIGTERM)
+    assert studio.process.wait(60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not port_is_free(port):
+        time.sleep(0.2)
+    assert port_is_free(port), "the engine outlived the studio"
