@@ -160,15 +160,29 @@ class VideoClient:
     ):
         self.base_url = normalize_base_url(base_url)
         self.poll_interval_s = poll_interval_s
-        self._sdk = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "EMPTY",
-            timeout=httpx.Timeout(http_timeout_s, connect=10.0),
-            max_retries=max_retries,
-        )
+        self._options = {
+            "base_url": self.base_url,
+            "api_key": api_key or "EMPTY",
+            "timeout": httpx.Timeout(http_timeout_s, connect=10.0),
+            "max_retries": max_retries,
+        }
+        # One SDK client per event loop: its connection pool belongs to the loop that opened it.
+        self._clients: dict[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = {}
+
+    @property
+    def _sdk(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for old_loop in [old for old in self._clients if old.is_closed()]:
+                del self._clients[old_loop]
+            client = self._clients[loop] = openai.AsyncOpenAI(**self._options)
+        return client
 
     async def close(self) -> None:
-        await self._sdk.close()
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
 
     async def healthy(self, timeout_s: float = 5.0) -> bool:
         """GET /health answers 200."""

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GUARDRAIL_MARKERS = ("blocked by", "guardrail")
+MAX_PROMPT_CHARS = 20_000
 
 
 class JobStatus(StrEnum):
@@ -72,8 +73,8 @@ class VideoRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1)
-    negative_prompt: str | None = None
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    negative_prompt: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
     model: str | None = None
     width: int = Field(gt=0)
     height: int = Field(gt=0)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from studio import tiers
 from studio.backend.client import ClientError, JobOutcome, RequestTimings, ServerUnreachable
-from studio.backend.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
+from studio.backend.protocol import MAX_PROMPT_CHARS, JobRecord, JobStatus, VideoRequest, is_guardrail_block
 from studio.backend.router import EndpointPool, NoEndpointError
 from studio.backend.stats import RequestSample
 from studio.backend.store import OutputStore
@@ -66,6 +66,8 @@ class RunSpec(BaseModel):
         for prompt in cleaned:
             if "\x00" in prompt:
                 raise ValueError("a prompt may not contain NUL characters")
+            if len(prompt) > MAX_PROMPT_CHARS:
+                raise ValueError(f"a prompt may have at most {MAX_PROMPT_CHARS} characters, got {len(prompt)}")
         return cleaned
 
     def shape(self) -> tiers.Shape:

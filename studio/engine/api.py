@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from studio.backend.protocol import MAX_PROMPT_CHARS
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
 from studio.engine.pipeline import GenerationParams
@@ -30,7 +31,6 @@ SIZE_PATTERN = re.compile(r"^\d+x\d+$")
 SECONDS_PATTERN = re.compile(r"^[1-9]\d*$")
 DEFAULT_FPS = 24
 DEFAULT_SECONDS = 4  # OpenAI's videos API default, used when neither num_frames nor seconds is sent
-MAX_PROMPT_CHARS = 20_000
 MAX_SIDE = 4096
 MAX_FRAMES = 1025
 
