@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint format install clean doctor
+.PHONY: run test test-fast test-vllm-omni lint format install clean doctor
 
 install: $(STAMP)
 
@@ -24,6 +24,13 @@ test: install
 	$(BIN)/ruff check studio tests scripts benchmarks
 	$(BIN)/python -m pytest -ra
 
+# The real vLLM-Omni server on this machine: its own venv (reused while its requirements are unchanged),
+# then the studio's tests against it.
+test-vllm-omni: install
+	bash scripts/setup_vllm_omni_venv.sh
+	OMNI_STUDIO_VLLM=$(CURDIR)/.venv-vllm-omni/bin/vllm OMNI_STUDIO_VLLM_STAGE=1 HF_HUB_OFFLINE=1 \
+		$(BIN)/python -m pytest -ra tests/vllm_omni
+
 test-fast: install
 	$(BIN)/python -m pytest -ra -m "not browser"
 
@@ -39,4 +46,4 @@ doctor: install
 	$(BIN)/omni-studio doctor
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) .venv-vllm-omni outputs .pytest_cache

@@ -303,6 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     pipe.save_pretrained(args.out, safe_serialization=True)
     _portable_tokenizer_class(args.out)
+    # save_pretrained writes weight files via a temp file (mode 0600); make the
+    # output readable by other users (e.g. a server running as another uid).
+    for root, dirs, files in os.walk(args.out):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
 
     n = {
         name: sum(p.numel() for p in getattr(pipe, name).parameters())

@@ -24,6 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 
 import httpx
+import psutil
 
 from studio.backend.launchers import LaunchSpec
 
@@ -73,6 +74,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes of a process group."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return members
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -245,6 +258,7 @@ class ManagedServer:
         # Children that outlived the leader are in the same group: make sure none is left.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+        psutil.wait_procs(group_members(pgid), timeout=10)
         proc.reader.join(5)
         with self._lock:
             self.exit_code = proc.popen.returncode

@@ -80,13 +80,13 @@ def _number(form: Any, name: str, kind: type, low: float | None = None, high: fl
         value = kind(text)
     except ValueError:
         kind_text = "an integer" if kind is int else "a number"
-        raise ApiError(400, f"{name} must be {kind_text}, got {text[:50]!r}", name) from None
+        raise ApiError(400, f"{name} must be {kind_text}, got {text[:50]!r}", f"body.{name}") from None
     if kind is float and value != value:  # NaN
-        raise ApiError(400, f"{name} must be a number, got {text[:50]!r}", name)
+        raise ApiError(400, f"{name} must be a number, got {text[:50]!r}", f"body.{name}")
     if low is not None and value < low:
-        raise ApiError(400, f"{name} must be >= {low}, got {value}", name)
+        raise ApiError(400, f"{name} must be >= {low}, got {value}", f"body.{name}")
     if high is not None and value > high:
-        raise ApiError(400, f"{name} must be <= {high}, got {value}", name)
+        raise ApiError(400, f"{name} must be <= {high}, got {value}", f"body.{name}")
     return value
 
 
@@ -99,7 +99,7 @@ def _boolean(form: Any, name: str) -> bool | None:
         return True
     if lowered in ("false", "0", "no", "off"):
         return False
-    raise ApiError(400, f"{name} must be true or false, got {text[:50]!r}", name)
+    raise ApiError(400, f"{name} must be true or false, got {text[:50]!r}", f"body.{name}")
 
 
 @dataclass
@@ -114,14 +114,14 @@ class ParsedForm:
 
 def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
     """Validate a POST /v1/videos form into generation parameters, with vLLM-Omni's rules and messages."""
-    prompt = _form_text(form, "prompt")
+    prompt = _form_text(form, "body.prompt")
     if prompt is None or not prompt.strip():
-        raise ApiError(400, "prompt is required", "prompt")
+        raise ApiError(400, "prompt is required", "body.prompt")
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise ApiError(400, f"prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})", "prompt")
+        raise ApiError(400, f"prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})", "body.prompt")
     if "\x00" in prompt:
-        raise ApiError(400, "prompt may not contain NUL characters", "prompt")
-    model = _form_text(form, "model")
+        raise ApiError(400, "prompt may not contain NUL characters", "body.prompt")
+    model = _form_text(form, "body.model")
     if model is not None and model != state.model_name:
         raise ApiError(
             400,
@@ -129,27 +129,27 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
             "model",
         )
 
-    size = _form_text(form, "size")
+    size = _form_text(form, "body.size")
     width = _number(form, "width", int, 1)
     height = _number(form, "height", int, 1)
     if size is not None:
         if not SIZE_PATTERN.match(size):
-            raise ApiError(400, f"size must look like WIDTHxHEIGHT (e.g. 832x480), got {size[:50]!r}", "size")
+            raise ApiError(400, f"size must look like WIDTHxHEIGHT (e.g. 832x480), got {size[:50]!r}", "body.size")
         width, height = (int(part) for part in size.split("x"))
     if width is None or height is None:
         width, height = width or 832, height or 480
     if not (16 <= width <= MAX_SIDE and 16 <= height <= MAX_SIDE):
-        raise ApiError(400, f"width and height must be between 16 and {MAX_SIDE}, got {width}x{height}", "size")
+        raise ApiError(400, f"width and height must be between 16 and {MAX_SIDE}, got {width}x{height}", "body.size")
 
     fps = _number(form, "fps", int, 1, 120) or DEFAULT_FPS
     num_frames = _number(form, "num_frames", int, 1, MAX_FRAMES)
-    seconds = _form_text(form, "seconds")
+    seconds = _form_text(form, "body.seconds")
     if seconds is not None and not SECONDS_PATTERN.match(seconds):
-        raise ApiError(400, f"seconds must be a positive whole number, got {seconds[:50]!r}", "seconds")
+        raise ApiError(400, f"seconds must be a positive whole number, got {seconds[:50]!r}", "body.seconds")
     if num_frames is None:
         num_frames = int(seconds or DEFAULT_SECONDS) * fps
         if num_frames > MAX_FRAMES:
-            raise ApiError(400, f"seconds x fps gives {num_frames} frames; at most {MAX_FRAMES}", "seconds")
+            raise ApiError(400, f"seconds x fps gives {num_frames} frames; at most {MAX_FRAMES}", "body.seconds")
     steps = _number(form, "num_inference_steps", int, 1, 200) or state.default_steps
     guidance = _number(form, "guidance_scale", float, 0, 20)
     flow_shift = _number(form, "flow_shift", float, 0, 100)
@@ -160,7 +160,7 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
         _number(form, name, float)
 
     extra: dict[str, Any] = {}
-    raw_extra = _form_text(form, "extra_params")
+    raw_extra = _form_text(form, "body.extra_params")
     if raw_extra is not None:
         try:
             extra = json.loads(raw_extra)
@@ -176,14 +176,14 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
     has_upload = isinstance(form.get("input_reference"), UploadFile)
     if has_upload and (_form_text(form, "image_reference") or _form_text(form, "video_reference")):
         raise ApiError(400, "input_reference cannot be combined with image_reference or video_reference")
-    if _form_text(form, "file_id") is not None:
-        raise ApiError(400, "file_id references are not supported", "file_id")
+    if _form_text(form, "body.file_id") is not None:
+        raise ApiError(400, "file_id references are not supported", "body.file_id")
     if has_upload or _form_text(form, "image_reference") or _form_text(form, "video_reference"):
         raise ApiError(400, "this model is text-to-video only: image and video references are not supported")
 
     guardrails = extra.pop("guardrails", True)
     if not isinstance(guardrails, bool):
-        raise ApiError(400, "extra_params.guardrails must be true or false", "extra_params")
+        raise ApiError(400, "extra_params.guardrails must be true or false", "body.extra_params")
     requested_frames = num_frames
     # Rounded up to 4k+1 as the temporal VAE needs (as Cosmos 3 does); the finished record counts the output.
     if (num_frames - 1) % 4:
@@ -242,6 +242,7 @@ def create_app(state: EngineState) -> FastAPI:
                 400,
                 "POST /v1/videos takes multipart/form-data, not a JSON body; "
                 "send the fields as form fields (extra_params as a JSON string)",
+                "body.prompt",
             )
         try:
             return await request.form()
@@ -300,9 +301,9 @@ def create_app(state: EngineState) -> FastAPI:
     @app.get("/v1/videos")
     async def list_videos(after: str | None = None, limit: int | None = None, order: str = "desc") -> JSONResponse:
         if limit is not None and not 0 <= limit <= 100:
-            raise ApiError(400, "limit must be between 0 and 100", "limit")
+            raise ApiError(400, "limit must be between 0 and 100", "query.limit")
         if order not in ("asc", "desc"):
-            raise ApiError(400, "order must be asc or desc", "order")
+            raise ApiError(400, "order must be asc or desc", "query.order")
         jobs, has_more = state.manager.list(after, limit, order)
         data = [job.record() for job in jobs]
         return JSONResponse(

@@ -15,18 +15,10 @@ import pytest
 from studio.backend.controller import StudioController
 from studio.backend.launchers import embedded_launch
 from studio.backend.runner import RequestState, RunSpec
-from studio.backend.server import ManagedServer, ServerStartError, ServerState
+from studio.backend.server import ManagedServer, ServerStartError, ServerState, group_members
 from tests.conftest import engine_settings
 
 pytestmark = pytest.mark.integration
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_ready_then_stop_leaves_no_process(tmp_path):
@@ -39,7 +31,7 @@ def test_ready_then_stop_leaves_no_process(tmp_path):
     pgid = server.pid
     assert server.stop() is not None
     assert server.state is ServerState.STOPPED
-    assert not process_group_alive(pgid)
+    assert group_members(pgid) == []
     assert "Application startup complete" in (tmp_path / "log.txt").read_text()
 
 
