@@ -114,14 +114,14 @@ class ParsedForm:
 
 def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
     """Validate a POST /v1/videos form into generation parameters, with vLLM-Omni's rules and messages."""
-    prompt = _form_text(form, "body.prompt")
+    prompt = _form_text(form, "prompt")
     if prompt is None or not prompt.strip():
         raise ApiError(400, "prompt is required", "body.prompt")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ApiError(400, f"prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS})", "body.prompt")
     if "\x00" in prompt:
         raise ApiError(400, "prompt may not contain NUL characters", "body.prompt")
-    model = _form_text(form, "body.model")
+    model = _form_text(form, "model")
     if model is not None and model != state.model_name:
         raise ApiError(
             400,
@@ -129,7 +129,7 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
             "model",
         )
 
-    size = _form_text(form, "body.size")
+    size = _form_text(form, "size")
     width = _number(form, "width", int, 1)
     height = _number(form, "height", int, 1)
     if size is not None:
@@ -143,7 +143,7 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
 
     fps = _number(form, "fps", int, 1, 120) or DEFAULT_FPS
     num_frames = _number(form, "num_frames", int, 1, MAX_FRAMES)
-    seconds = _form_text(form, "body.seconds")
+    seconds = _form_text(form, "seconds")
     if seconds is not None and not SECONDS_PATTERN.match(seconds):
         raise ApiError(400, f"seconds must be a positive whole number, got {seconds[:50]!r}", "body.seconds")
     if num_frames is None:
@@ -160,7 +160,7 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
         _number(form, name, float)
 
     extra: dict[str, Any] = {}
-    raw_extra = _form_text(form, "body.extra_params")
+    raw_extra = _form_text(form, "extra_params")
     if raw_extra is not None:
         try:
             extra = json.loads(raw_extra)
@@ -176,7 +176,7 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
     has_upload = isinstance(form.get("input_reference"), UploadFile)
     if has_upload and (_form_text(form, "image_reference") or _form_text(form, "video_reference")):
         raise ApiError(400, "input_reference cannot be combined with image_reference or video_reference")
-    if _form_text(form, "body.file_id") is not None:
+    if _form_text(form, "file_id") is not None:
         raise ApiError(400, "file_id references are not supported", "body.file_id")
     if has_upload or _form_text(form, "image_reference") or _form_text(form, "video_reference"):
         raise ApiError(400, "this model is text-to-video only: image and video references are not supported")
@@ -210,6 +210,25 @@ def parse_video_form(form: Any, state: EngineState) -> ParsedForm:
     )
 
 
+class BearerKeyMiddleware:
+    """Every /v1 route needs `Authorization: Bearer KEY` (as vLLM's --api-key); /health and /metrics do not.
+
+    A plain ASGI middleware: it reads only the headers and leaves the request body to the route.
+    """
+
+    def __init__(self, app: Any, key: str):
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            header = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not secrets.compare_digest(header, self.expected):
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(state: EngineState) -> FastAPI:
     app = FastAPI(title="Omni Studio engine", version="1", docs_url=None, redoc_url=None)
     app.state.engine = state
@@ -227,13 +246,8 @@ def create_app(state: EngineState) -> FastAPI:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Any) -> Response:
-        if state.api_key and request.url.path.startswith("/v1"):
-            header = request.headers.get("authorization", "")
-            if not secrets.compare_digest(header.encode(), f"Bearer {state.api_key}".encode()):
-                return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        return await call_next(request)
+    if state.api_key:
+        app.add_middleware(BearerKeyMiddleware, key=state.api_key)
 
     async def read_form(request: Request) -> Any:
         content_type = request.headers.get("content-type", "")

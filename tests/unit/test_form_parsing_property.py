@@ -7,13 +7,44 @@ from hypothesis import strategies as st
 
 from studio.engine.api import ApiError, EngineState, parse_video_form
 
-STATE = EngineState(manager=None, guard=None, model_name="tiny-wan", model_root="assets/tiny-wan", api_key=None,
-                    started_at=0.0, default_steps=35, default_guidance=6.0, sync_timeout_s=600.0)
-FIELDS = ["prompt", "size", "width", "height", "num_frames", "fps", "seconds", "num_inference_steps",
-          "guidance_scale", "flow_shift", "seed", "generate_sound", "sound_duration", "extra_params", "model",
-          "negative_prompt", "guidance_scale_2", "true_cfg_scale", "boundary_ratio", "file_id"]
-numberish = st.one_of(st.integers(-10**25, 10**25).map(str), st.floats(allow_nan=True).map(str),
-                      st.sampled_from(["", "abc", "1e400", "-0", "08", "640x", "64x64", "{}", "[1]", "true"]))
+STATE = EngineState(
+    manager=None,
+    guard=None,
+    model_name="tiny-wan",
+    model_root="assets/tiny-wan",
+    api_key=None,
+    started_at=0.0,
+    default_steps=35,
+    default_guidance=6.0,
+    sync_timeout_s=600.0,
+)
+FIELDS = [
+    "prompt",
+    "size",
+    "width",
+    "height",
+    "num_frames",
+    "fps",
+    "seconds",
+    "num_inference_steps",
+    "guidance_scale",
+    "flow_shift",
+    "seed",
+    "generate_sound",
+    "sound_duration",
+    "extra_params",
+    "model",
+    "negative_prompt",
+    "guidance_scale_2",
+    "true_cfg_scale",
+    "boundary_ratio",
+    "file_id",
+]
+numberish = st.one_of(
+    st.integers(-(10**25), 10**25).map(str),
+    st.floats(allow_nan=True).map(str),
+    st.sampled_from(["", "abc", "1e400", "-0", "08", "640x", "64x64", "{}", "[1]", "true"]),
+)
 value = st.one_of(st.text(max_size=60), numberish)
 
 
@@ -33,3 +64,15 @@ def test_form_is_parsed_or_rejected_with_400(form):
     assert 0 <= params.guidance_scale <= 20
     assert 0 <= params.seed < 2**63
     assert isinstance(params.extra, dict) and isinstance(parsed.guardrails, bool)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(min_size=1, max_size=200).filter(lambda t: t.strip() and "\x00" not in t),
+    st.sampled_from(["320x192", "64x64", "1280x720"]),
+    st.integers(1, 300),
+)
+def test_a_valid_form_always_parses(prompt, size, frames):
+    parsed = parse_video_form({"prompt": prompt, "size": size, "num_frames": str(frames)}, STATE)
+    assert parsed.params.prompt == prompt and f"{parsed.params.width}x{parsed.params.height}" == size
+    assert parsed.requested_frames == frames and parsed.params.num_frames >= frames
