@@ -211,7 +211,7 @@ class VideoClient:
             kwargs["input_reference"] = (Path(reference).name, Path(reference).read_bytes())
         try:
             raw = await sdk.videos.with_raw_response.create(**kwargs)
-            return JobRecord.model_validate(raw.http_response.json())
+            return self._record(raw.http_response)
         except openai.APIStatusError as exc:
             return self._job_or_raise(exc)
         except openai.APITimeoutError as exc:
@@ -222,7 +222,7 @@ class VideoClient:
     async def retrieve(self, job_id: str) -> JobRecord:
         try:
             raw = await self._sdk.videos.with_raw_response.retrieve(job_id)
-            return JobRecord.model_validate(raw.http_response.json())
+            return self._record(raw.http_response)
         except openai.APIStatusError as exc:
             return self._job_or_raise(exc)
         except openai.APIConnectionError as exc:
@@ -309,6 +309,15 @@ class VideoClient:
             await self.cancel(job_id)
 
     # ---- errors ------------------------------------------------------------------------------------
+    def _record(self, response: httpx.Response) -> JobRecord:
+        try:
+            return JobRecord.model_validate(response.json())
+        except ValueError as exc:  # not JSON, or JSON that is no job record
+            raise ClientError(
+                f"{self.base_url} answered with something that is not a job record "
+                f"(HTTP {response.status_code}): {response.text[:200]!r}"
+            ) from exc
+
     @staticmethod
     def _body(exc: openai.APIStatusError) -> Any:
         try:

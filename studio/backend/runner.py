@@ -404,6 +404,15 @@ class Run:
             outcome.video_path.unlink(missing_ok=True)
             self._finish(view, RequestState.FAILED, f"the server sent a video that does not play: {exc}")
             return False
+        asked = view.request.num_frames
+        if asked is not None and info.num_frames != asked:
+            outcome.video_path.unlink(missing_ok=True)
+            self._finish(
+                view,
+                RequestState.FAILED,
+                f"the server sent a video of {info.num_frames} frames, but {asked} were asked",
+            )
+            return False
         sidecar = {
             "request_id": view.id,
             "run_id": self.id,
