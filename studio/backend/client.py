@@ -246,6 +246,9 @@ class VideoClient:
         except (openai.APIConnectionError, httpx.HTTPError) as exc:
             part.unlink(missing_ok=True)
             raise ClientError(f"download of {job_id} from {self.base_url} broke off: {exc}") from exc
+        except OSError as exc:  # the outputs disk: full, read-only, gone
+            part.unlink(missing_ok=True)
+            raise ClientError(f"cannot write the video to {dest.parent}: {exc.strerror or exc}") from exc
         part.replace(dest)
         return size
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -440,12 +441,15 @@ class Run:
 
     def _finish(self, view: RequestView, state: RequestState, error: str | None) -> None:
         view.state, view.error, view.finished_at = state, error, time.time()
-        self.store.update_request(
-            view.id,
-            state=state,
-            error=error,
-            timings=view.timings.as_dict(),
-            video_path=view.video_path,
-            sidecar_path=view.sidecar_path,
-        )
+        try:
+            self.store.update_request(
+                view.id,
+                state=state,
+                error=error,
+                timings=view.timings.as_dict(),
+                video_path=view.video_path,
+                sidecar_path=view.sidecar_path,
+            )
+        except sqlite3.Error as exc:  # e.g. the disk is full: still report the outcome, and say what is missing
+            view.error = f"{error or ''} (history not saved: {exc})".strip()
         self._emit(view)

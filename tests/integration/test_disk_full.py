@@ -1,0 +1,47 @@
+"""The outputs disk fills up: the request fails with a clear reason, history says so, the server runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+
+import httpx
+import pytest
+
+from studio.backend.router import EndpointPool
+from studio.backend.runner import RequestState, Run, RunSpec
+from studio.backend.store import OutputStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {result.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_disk_full_fails_the_request_clearly(engine, small_disk):
+    store = OutputStore(small_disk / "outputs")
+    # Fill the disk but for 48 kB: room for history updates, not for a video.
+    free = shutil.disk_usage(small_disk).free
+    (small_disk / "filler").write_bytes(b"\0" * max(0, free - 48 * 1024))
+    pool = EndpointPool.from_urls([engine.base_url], poll_interval_s=0.05)
+
+    async def main():
+        run = Run(RunSpec(prompts=["too big for the disk"], tier="256p", frames=33, steps=2), pool, store)
+        await run.wait()
+        await pool.close()
+        return run.views[0]
+
+    view = asyncio.run(main())
+    assert view.state is RequestState.FAILED and "No space left on device" in view.error
+    assert store.request_row(view.id)["state"] == "failed"
+    assert list(small_disk.glob("outputs/videos/*/*.part")) == []
+    assert httpx.get(engine.base_url + "/health").json() == {"status": "healthy"}
