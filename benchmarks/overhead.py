@@ -6,7 +6,7 @@ One embedded engine; rounds alternate between the two clients so machine noise h
 - bare: plain httpx: POST the same multipart form, poll GET at the same interval, download the mp4.
 Reported: median latency of each and their ratio, at each concurrency.
 
-Usage: python benchmarks/overhead.py [--rounds 3] [--requests 16] [--concurrency 1,16]
+Usage: python benchmarks/overhead.py [--rounds 3] [--requests 16] [--concurrency 1,16] [--url URL --api-key K]
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def spec(requests: int, concurrency: int) -> RunSpec:
     )
 
 
-async def studio_round(url: str, store: OutputStore, requests: int, concurrency: int) -> list[float]:
-    pool = EndpointPool.from_urls([url], poll_interval_s=POLL_S)
+async def studio_round(url: str, store: OutputStore, requests: int, concurrency: int, key: str | None) -> list[float]:
+    pool = EndpointPool.from_urls([url], api_key=key, poll_interval_s=POLL_S)
     run = Run(spec(requests, concurrency), pool, store)
     await run.wait()
     await pool.close()
@@ -55,7 +55,7 @@ async def studio_round(url: str, store: OutputStore, requests: int, concurrency:
     return [v.finished_at - v.timings.sent for v in run.views]
 
 
-async def bare_round(url: str, folder: Path, requests: int, concurrency: int) -> list[float]:
+async def bare_round(url: str, folder: Path, requests: int, concurrency: int, key: str | None) -> list[float]:
     slots = asyncio.Semaphore(concurrency)
     forms = [r.form_fields() for r in spec(requests, concurrency).build_requests()]
 
@@ -70,23 +70,30 @@ async def bare_round(url: str, folder: Path, requests: int, concurrency: int) ->
             (folder / f"{index}.mp4").write_bytes(content.content)
             return time.perf_counter() - sent
 
-    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as http:
         return list(await asyncio.gather(*(one(http, i, f) for i, f in enumerate(forms))))
 
 
 async def main_async(args: argparse.Namespace) -> None:
     settings = StudioSettings(_env_file=None, engine_threads=args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        server = ManagedServer(lambda port: embedded_launch(settings, port, output_dir=Path(tmp) / "engine"))
-        server.start()
+        server = None
+        if args.url:
+            url = args.url.rstrip("/").removesuffix("/v1")
+        else:
+            server = ManagedServer(lambda port: embedded_launch(settings, port, output_dir=Path(tmp) / "engine"))
+            server.start()
+            url = server.base_url
         store = OutputStore(Path(tmp) / "outputs")
+        key = args.api_key
         try:
             for concurrency in args.concurrency:
                 studio, bare = [], []
-                await bare_round(server.base_url, Path(tmp), 2, 1)  # warm-up
+                await bare_round(url, Path(tmp), 2, 1, key)  # warm-up
                 for _ in range(args.rounds):
-                    studio += await studio_round(server.base_url, store, args.requests, concurrency)
-                    bare += await bare_round(server.base_url, Path(tmp), args.requests, concurrency)
+                    studio += await studio_round(url, store, args.requests, concurrency, key)
+                    bare += await bare_round(url, Path(tmp), args.requests, concurrency, key)
                 s, b = statistics.median(studio), statistics.median(bare)
                 print(
                     f"concurrency {concurrency:>3}: studio median {s:.3f} s, bare httpx median {b:.3f} s, "
@@ -94,7 +101,8 @@ async def main_async(args: argparse.Namespace) -> None:
                     flush=True,
                 )
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
             store.close()
 
 
@@ -104,6 +112,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 16])
     parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
+    parser.add_argument("--url", help="measure against a server that already runs (e.g. vllm serve --omni)")
+    parser.add_argument("--api-key", help="its bearer key")
     asyncio.run(main_async(parser.parse_args()))
     return 0
 

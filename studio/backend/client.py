@@ -281,6 +281,19 @@ class VideoClient:
         timings.accepted = time.time()
         if on_accepted is not None:
             on_accepted(record)
+        return await self.follow(record, dest, on_update, timeout_s, timings)
+
+    async def follow(
+        self,
+        record: JobRecord,
+        dest: Path,
+        on_update: UpdateCallback | None = None,
+        timeout_s: float = 3600.0,
+        timings: RequestTimings | None = None,
+    ) -> JobOutcome:
+        """Poll a job the server already has until it finishes, then download it (also after a restart of
+        the studio: the job is found again by its id)."""
+        timings = timings or RequestTimings()
         await _call(on_update, record)
         deadline = time.monotonic() + timeout_s
         try:

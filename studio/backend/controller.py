@@ -36,7 +36,8 @@ class StudioController:
         self.start_error: str | None = None
         lost = self.store.mark_unfinished_lost()
         if lost:
-            log.warning("%d requests of an earlier session never finished; marked lost", lost)
+            log.warning("%d requests of an earlier session never reached a server; marked lost", lost)
+        self._resumed = False
 
     @property
     def managed(self) -> bool:
@@ -166,6 +167,32 @@ class StudioController:
         run = Run(spec, self.pool, self.store, request_timeout_s=self.settings.request_timeout_s)
         self.board.add_run(run)
         return run
+
+    async def resume_unfinished(self) -> int:
+        """Follow up, by job id, what an earlier studio left at servers that still answer; the rest is
+        marked lost with the reason. Once per studio process."""
+        if self._resumed:
+            return 0
+        self._resumed = True
+        rows = self.store.resumable()
+        if not rows:
+            return 0
+        urls = sorted({row["endpoint"] for row in rows if row["endpoint"]})
+        pool = EndpointPool.from_urls(urls, **self._client_options())
+        await pool.check_health()
+        alive = {ep.url for ep in pool.endpoints if ep.healthy}
+        for row in rows:
+            if row["endpoint"] not in alive:
+                self.store.update_request(
+                    row["id"], state="lost", error=f"the studio restarted and the server {row['endpoint']} is gone"
+                )
+        keep = [row for row in rows if row["endpoint"] in alive]
+        if keep:
+            run = Run.resume(keep, pool, self.store, request_timeout_s=self.settings.request_timeout_s)
+            self.board.add_run(run)
+            run.start()
+        log.info("following up %d requests of an earlier session; %d lost", len(keep), len(rows) - len(keep))
+        return len(keep)
 
     def _server_exited(self, server: ManagedServer) -> None:
         tail = " | ".join(line for line in server.log_tail(5) if line.strip())

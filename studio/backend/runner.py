@@ -217,6 +217,7 @@ class Run:
         request_timeout_s: float = 3600.0,
         requests: list[VideoRequest] | None = None,
         arrivals: list[float] | None = None,
+        resumed: list[RequestView] | None = None,
     ):
         self.id = f"run_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
         self.spec = spec
@@ -236,6 +237,10 @@ class Run:
         self._slots = asyncio.Semaphore(spec.concurrency)
         self._main: asyncio.Task | None = None
         self._listeners: list[Callable[[RequestView], None]] = []
+        if resumed is not None:
+            # Requests an earlier studio left at a server: already in history, followed up by job id.
+            self.views = resumed
+            return
         store.add_run(self.id, spec.model_dump(mode="json"), self.created_at)
         for view in self.views:
             store.add_request(
@@ -324,12 +329,58 @@ class Run:
                 await asyncio.sleep(max(0.0, self._started + self.arrivals[view.position] - time.monotonic()))
                 view.timings.created = time.time()  # latency counts from the arrival
             async with self._slots:
-                await self._attempt(view)
+                if view.job_id is not None:
+                    await self._follow_up(view)
+                else:
+                    await self._attempt(view)
         except asyncio.CancelledError:
             state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
             self._finish(view, state, reason)
         except Exception as exc:  # never lose a request: it ends failed with the reason
             self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
+
+    @classmethod
+    def resume(
+        cls, rows: list[dict[str, Any]], pool: EndpointPool, store: OutputStore, request_timeout_s: float = 3600.0
+    ) -> Run:
+        """A run that follows up requests of an earlier studio by their job ids (history rows)."""
+        views = []
+        for row in rows:
+            params = {k: v for k, v in (row["parameters"] or {}).items() if k != "input_reference"}
+            view = RequestView(
+                id=row["id"],
+                run_id=row["run_id"],
+                position=row["position"],
+                request=VideoRequest(**params),
+                state=RequestState.QUEUED,
+                job_id=row["job_id"],
+                endpoint=row["endpoint"],
+                timings=RequestTimings(created=row["created_at"]),
+            )
+            views.append(view)
+        spec = RunSpec(prompts=[v.request.prompt for v in views], concurrency=min(256, max(1, len(views))))
+        return cls(spec, pool, store, request_timeout_s=request_timeout_s, resumed=views)
+
+    async def _follow_up(self, view: RequestView) -> None:
+        endpoint = self.pool.find(view.endpoint or "")
+        if endpoint is None:
+            self._finish(view, RequestState.FAILED, f"lost: the server {view.endpoint} is gone")
+            return
+        assert view.job_id is not None
+        record = JobRecord(id=view.job_id, status=JobStatus.QUEUED)
+        dest = self.store.video_path_for(view.id, view.timings.created)
+        try:
+            outcome = await endpoint.client.follow(
+                record,
+                dest,
+                on_update=lambda r: self._on_record(view, r),
+                timeout_s=self.request_timeout_s,
+                timings=view.timings,
+            )
+        except ClientError as exc:
+            self._finish(view, RequestState.FAILED, f"lost after a studio restart: {exc}")
+            return
+        await self._complete(view, outcome)
 
     async def _attempt(self, view: RequestView) -> None:
         """Send the request; if an endpoint cannot be reached before it accepted the job, try another."""

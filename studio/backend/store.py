@@ -125,14 +125,24 @@ class OutputStore:
         return [{**dict(row), "spec": json.loads(row["spec"])} for row in rows]
 
     def mark_unfinished_lost(self) -> int:
-        """At start-up: requests a previous studio left unfinished are marked lost, never silently dropped."""
+        """At start-up: requests a previous studio left before any server took them are marked lost, never
+        silently dropped. Those a server accepted (they have a job id) are left for `resumable()`."""
         with self._lock, self._db:
             cursor = self._db.execute(
-                "UPDATE requests SET state = 'lost', error = 'the studio stopped before this request finished',"
-                " updated_at = ? WHERE state IN ('waiting', 'queued', 'running', 'downloading')",
+                "UPDATE requests SET state = 'lost', error = 'the studio stopped before a server took this request',"
+                " updated_at = ? WHERE state IN ('waiting', 'queued', 'running', 'downloading') AND job_id IS NULL",
                 (time.time(),),
             )
         return cursor.rowcount
+
+    def resumable(self) -> list[dict[str, Any]]:
+        """Requests a previous studio left at a server (job id known), to be followed up by that id."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM requests WHERE state IN ('queued', 'running', 'downloading') AND job_id IS NOT NULL"
+                " ORDER BY created_at"
+            ).fetchall()
+        return [_decode(row) for row in rows]
 
     # ---- files -------------------------------------------------------------------------------------
     def write_sidecar(self, video_path: Path, sidecar: dict[str, Any]) -> Path:

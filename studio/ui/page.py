@@ -455,6 +455,7 @@ def build_page(controller: StudioController) -> gr.Blocks:
         )
         doctor_btn.click(lambda: collect_report(controller.settings), None, doctor_out)
         demo.load(controller.start_in_background, None, None, api_visibility="private")
+        demo.load(controller.resume_unfinished, None, None, api_visibility="private")
     return demo
 
 

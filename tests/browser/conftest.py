@@ -87,13 +87,18 @@ def start_studio(outputs: Path, log: Path, *extra: str) -> RunningStudio:
 
 
 def stop_studio(studio: RunningStudio) -> None:
+    import contextlib
     import signal
 
-    try:
+    if studio.process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(studio.process.pid, signal.SIGTERM)
+    try:
         studio.process.wait(30)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(studio.process.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(studio.process.pid, signal.SIGKILL)
         studio.process.wait(10)
 
 
