@@ -26,6 +26,9 @@ from studio.backend.protocol import (
     job_record_from_body,
 )
 
+QUEUED_POLL_CAP_S = 2.0
+RUNNING_POLL_CAP_S = 1.0
+
 
 class ClientError(RuntimeError):
     """A request that did not produce a job result: rejected, unreachable, timed out."""
@@ -296,13 +299,21 @@ class VideoClient:
         timings = timings or RequestTimings()
         await _call(on_update, record)
         deadline = time.monotonic() + timeout_s
+        interval, seen_state = self.poll_interval_s, (record.status, record.progress)
         try:
             while not record.finished:
                 if time.monotonic() > deadline:
                     await self._quiet_cancel(record.id)
                     raise JobTimeout(f"job {record.id} did not finish within {timeout_s:.0f} s; cancelled it")
-                await asyncio.sleep(self.poll_interval_s)
+                await asyncio.sleep(interval)
                 record = await self.retrieve(record.id)
+                # Poll less while nothing changes (a long queue, a server without progress): many jobs in
+                # flight must not flood the server, whose event loop shares the CPU with generation.
+                if (record.status, record.progress) != seen_state:
+                    interval, seen_state = self.poll_interval_s, (record.status, record.progress)
+                else:
+                    cap = QUEUED_POLL_CAP_S if record.status is JobStatus.QUEUED else RUNNING_POLL_CAP_S
+                    interval = min(max(interval, interval * 1.5), max(cap, self.poll_interval_s))
                 seen = time.time()
                 if record.status is JobStatus.QUEUED:
                     timings.last_queued = seen
