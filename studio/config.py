@@ -53,6 +53,11 @@ class StudioSettings(BaseSettings):
     use_docker: bool = False
     hf_home: Path | None = None
     server_port: int | None = Field(default=None, ge=1, le=65535, description="port of a managed server")
+    auto_restart: bool = Field(
+        default=False, description="restart a managed server that dies and resubmit what it never started"
+    )
+    max_auto_restarts: int = Field(default=3, ge=0, description="restarts within restart_window_s before giving up")
+    restart_window_s: float = Field(default=600.0, gt=0)
 
     # Client.
     request_timeout_s: float = Field(default=3600.0, gt=0, description="give up on a job after this")

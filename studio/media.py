@@ -24,10 +24,12 @@ class VideoInfo:
     bytes: int
 
 
-def encode_mp4(frames: np.ndarray, fps: int, path: Path, crf: int = 18) -> VideoInfo:
+def encode_mp4(frames: np.ndarray, fps: int, path: Path, crf: int = 18, threads: int = 0) -> VideoInfo:
     """Encode uint8 frames (T, H, W, 3) as H.264 yuv420p mp4 at constant quality (CRF 18, as vLLM-Omni).
 
     yuv420p needs even sides, so an odd side is padded by one row or column (edge pixels repeated).
+    `threads` caps the encoder's threads (0: the encoder picks, one per core); an engine given a CPU thread
+    budget passes it on so that replicas sharing a machine do not steal each other's cores.
     """
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise VideoError(f"frames must be (T, H, W, 3), got {frames.shape}")
@@ -41,6 +43,7 @@ def encode_mp4(frames: np.ndarray, fps: int, path: Path, crf: int = 18) -> Video
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height = frames.shape[2], frames.shape[1]
         stream.pix_fmt = "yuv420p"
+        stream.codec_context.thread_count = threads
         # faststart puts the index first so the browser can start playing before the whole file arrives.
         stream.options = {"crf": str(crf), "preset": "veryfast", "movflags": "+faststart"}
         for frame in frames:
@@ -48,10 +51,10 @@ def encode_mp4(frames: np.ndarray, fps: int, path: Path, crf: int = 18) -> Video
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    return probe_mp4(path)
+    return probe_mp4(path, threads=threads)
 
 
-def probe_mp4(path: Path) -> VideoInfo:
+def probe_mp4(path: Path, threads: int = 0) -> VideoInfo:
     """Decode every frame and report what the file really holds; raises VideoError if it does not decode."""
     path = Path(path)
     try:
@@ -59,6 +62,7 @@ def probe_mp4(path: Path) -> VideoInfo:
             if not container.streams.video:
                 raise VideoError(f"{path.name} has no video stream")
             stream = container.streams.video[0]
+            stream.codec_context.thread_count = threads
             count = sum(1 for _ in container.decode(stream))
             return VideoInfo(
                 width=stream.codec_context.width,

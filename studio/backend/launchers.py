@@ -209,6 +209,9 @@ def embedded_launch(settings: StudioSettings, port: int, output_dir: Path | None
         argv += ["--output-dir", str(output_dir)]
     env, secrets = _key_env(settings)
     env["PYTHONUNBUFFERED"] = "1"
+    if settings.engine_threads:
+        # The native thread pools (OpenMP, MKL) size themselves from these before torch is imported.
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(settings.engine_threads)
     gpus = parse_gpus(settings.gpus)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

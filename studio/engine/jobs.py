@@ -249,7 +249,7 @@ class JobManager:
             output = self.runner.generate(job.params, on_step=on_step, should_stop=job.cancel_requested.is_set)
             encode_started = time.perf_counter()
             path = self.output_dir / f"{job.id}.mp4"
-            job.output_frames = encode_mp4(output.frames, job.fps, path).num_frames
+            job.output_frames = encode_mp4(output.frames, job.fps, path, threads=self.runner.threads).num_frames
             encode_s = time.perf_counter() - encode_started
         except GenerationCancelled:
             job.status, job.error = "failed", {"code": 499, "message": "cancelled"}

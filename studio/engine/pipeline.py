@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import time
@@ -59,6 +60,16 @@ def looks_like_local_path(model: str) -> bool:
     return model.startswith(("/", ".", "~")) or Path(model).exists()
 
 
+def register_project_pipelines() -> None:
+    """Make the project's own pipeline classes (its small default model) known to diffusers by name, which
+    `DiffusionPipeline.from_pretrained` needs before it reads a model_index.json that names one of them."""
+    try:
+        importlib.import_module("studio.smallmodel")
+    except ModuleNotFoundError as exc:
+        if exc.name != "studio.smallmodel":
+            raise
+
+
 class PipelineRunner:
     """Owns one diffusers pipeline on one device and runs one generation at a time."""
 
@@ -66,6 +77,7 @@ class PipelineRunner:
         self.model = model
         self.device = resolve_device(device)
         self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.threads = threads or 0  # 0: no budget (torch and the encoder use every core)
         if threads:
             torch.set_num_threads(threads)
         self.pipe: Any = None
@@ -86,6 +98,7 @@ class PipelineRunner:
         else:
             source = self.model  # a hub id: downloads where a network exists
         started = time.perf_counter()
+        register_project_pipelines()
         try:
             self.pipe = DiffusionPipeline.from_pretrained(source, torch_dtype=self.dtype)
         except Exception as exc:  # surfaced to the user as the server's start-up error
@@ -168,6 +181,8 @@ class PipelineRunner:
             result = self.pipe(**kwargs)
         finished = time.perf_counter()
         frames = to_uint8_frames(result.frames)
+        # A pipeline may make its own native size (the project's small model does); resize whatever came out.
+        native_w, native_h = frames.shape[2], frames.shape[1]
         if (native_w, native_h) != (params.width, params.height):
             frames = resize_frames(frames, params.width, params.height)
         denoise_end = step_times[-1] if step_times else finished
