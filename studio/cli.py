@@ -57,6 +57,13 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="server-wide guardrails of a managed server (default on)",
     )
+    group.add_argument(
+        "--auto-restart",
+        dest="auto_restart",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="restart a managed server that crashes and send again what it had not started (default off)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

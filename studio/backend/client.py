@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 
+from studio.backend.http import async_client
 from studio.backend.protocol import (
     JobRecord,
     JobStatus,
@@ -190,7 +191,7 @@ class VideoClient:
     async def healthy(self, timeout_s: float = 5.0) -> bool:
         """GET /health answers 200."""
         try:
-            async with httpx.AsyncClient(timeout=timeout_s) as http:
+            async with async_client(timeout_s) as http:
                 return (await http.get(self.base_url[: -len("/v1")] + "/health")).status_code == 200
         except httpx.HTTPError:
             return False
@@ -228,8 +229,10 @@ class VideoClient:
             return self._record(raw.http_response)
         except openai.APIStatusError as exc:
             return self._job_or_raise(exc)
+        except openai.APITimeoutError as exc:
+            raise ClientError(f"{self.base_url} did not answer in time: {exc}") from exc
         except openai.APIConnectionError as exc:
-            raise ClientError(f"cannot reach {self.base_url}: {exc}") from exc
+            raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
 
     async def download(self, job_id: str, dest: Path) -> int:
         """Stream the mp4 to dest (via a .part file, renamed when whole). Returns its size in bytes."""

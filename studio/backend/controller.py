@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections import deque
 from pathlib import Path
 
 from studio import tiers
@@ -38,6 +40,8 @@ class StudioController:
         if lost:
             log.warning("%d requests of an earlier session never reached a server; marked lost", lost)
         self._resumed = False
+        self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
+        self.auto_restart_note: str | None = None  # the last auto-restart, for the page
 
     @property
     def managed(self) -> bool:
@@ -110,6 +114,13 @@ class StudioController:
             self.start_error = None
             self._starter = None
 
+    def set_auto_restart(self, on: bool) -> None:
+        """Takes effect at once, for the runs under way too."""
+        self.settings = self.settings.model_copy(update={"auto_restart": bool(on)})
+        for run in self.board.runs:
+            if not run.finished:
+                run.resubmit_unstarted = self.managed and bool(on)
+
     def engine_summary(self) -> str:
         """One line for the page: which engine, and whether it can take work."""
         if not self.managed:
@@ -164,7 +175,14 @@ class StudioController:
         if self.pool is None or not self.ready():
             state = self.server.status().message if self.server else "not started"
             raise RuntimeError(f"the engine is not ready ({state})")
-        run = Run(spec, self.pool, self.store, request_timeout_s=self.settings.request_timeout_s)
+        run = Run(
+            spec,
+            self.pool,
+            self.store,
+            request_timeout_s=self.settings.request_timeout_s,
+            resubmit_unstarted=self.managed and self.settings.auto_restart,
+            restart_wait_s=self.settings.init_timeout_s,
+        )
         self.board.add_run(run)
         return run
 
@@ -195,11 +213,57 @@ class StudioController:
         return len(keep)
 
     def _server_exited(self, server: ManagedServer) -> None:
+        """Called from the server's exit watcher when it dies on its own."""
         tail = " | ".join(line for line in server.log_tail(5) if line.strip())
         reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
+        url = server.base_url
+        restart = self._may_auto_restart()
+        if restart and self.pool is not None:
+            self.pool.mark_restarting(url)  # before anything else: requests now wait for it
         for run in self.board.runs:
             if not run.finished:
-                run.fail_endpoint_threadsafe(server.base_url, reason)
+                # With a restart coming, what the server only queued is sent again once it is back.
+                run.fail_endpoint_threadsafe(url, reason, started_only=restart)
+        if restart:
+            threading.Thread(target=self._auto_restart, args=(server, reason), name="auto-restart", daemon=True).start()
+
+    def _may_auto_restart(self) -> bool:
+        """Auto-restart is on and has not been used up: at most max_auto_restarts within restart_window_s, so a
+        server that dies at every start is not restarted forever."""
+        if not (self.managed and self.settings.auto_restart):
+            return False
+        now = time.monotonic()
+        while self._auto_restarts and now - self._auto_restarts[0] > self.settings.restart_window_s:
+            self._auto_restarts.popleft()
+        if len(self._auto_restarts) >= self.settings.max_auto_restarts:
+            self.auto_restart_note = (
+                f"not restarted: {len(self._auto_restarts)} automatic restarts within "
+                f"{self.settings.restart_window_s:.0f} s already"
+            )
+            log.error("server crashed again; %s", self.auto_restart_note)
+            return False
+        self._auto_restarts.append(now)
+        return True
+
+    def _auto_restart(self, server: ManagedServer, reason: str) -> None:
+        url = server.base_url
+        log.warning("restarting the server after: %s", reason)
+        try:
+            server.restart(wait=True, same_port=True)
+        except Exception as exc:
+            self.auto_restart_note = f"automatic restart failed: {exc}"
+            log.error("%s", self.auto_restart_note)
+            if self.pool is not None:
+                self.pool.mark_restarted(url, ok=False)
+            return
+        if server.base_url != url and self.pool is not None:
+            # Its old port was taken meanwhile: the pool follows it to the new one.
+            self.pool.replace_url(url, server.base_url, **self._client_options())
+            url = server.base_url
+        self.auto_restart_note = f"restarted automatically at {time.strftime('%H:%M:%S')} after: {reason}"
+        log.info("server back at %s", url)
+        if self.pool is not None:
+            self.pool.mark_restarted(url, ok=True)
 
     def close(self) -> None:
         self.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 from studio.backend.client import VideoClient
@@ -21,6 +22,7 @@ class Endpoint:
     healthy: bool = True
     completed: int = 0
     failed: int = 0
+    restarting: bool = False  # a managed server on its way back after a crash: worth waiting for
     name: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -54,6 +56,11 @@ class EndpointPool:
             chosen.outstanding += 1
             return chosen
 
+    def hold(self, endpoint: Endpoint) -> None:
+        """Count a request on a given endpoint (one followed there, not chosen by acquire)."""
+        with self._lock:
+            endpoint.outstanding += 1
+
     def release(self, endpoint: Endpoint, ok: bool) -> None:
         with self._lock:
             endpoint.outstanding -= 1
@@ -66,6 +73,42 @@ class EndpointPool:
         if endpoint.healthy:
             log.warning("endpoint %s is down: %s", endpoint.url, reason)
         endpoint.healthy = False
+
+    @property
+    def restarting(self) -> bool:
+        return any(ep.restarting for ep in self.endpoints)
+
+    def mark_restarting(self, url: str) -> None:
+        """The server behind `url` crashed and is being restarted: requests wait for it instead of failing."""
+        endpoint = self.find(url)
+        if endpoint is not None:
+            endpoint.healthy, endpoint.restarting = False, True
+
+    def mark_restarted(self, url: str, ok: bool) -> None:
+        endpoint = self.find(url)
+        if endpoint is not None:
+            endpoint.healthy, endpoint.restarting = ok, False
+
+    async def wait_back(
+        self, endpoints: list[Endpoint] | None = None, timeout_s: float = 1800.0, grace_s: float = 5.0
+    ) -> Endpoint | None:
+        """Wait for one of `endpoints` (default: all) to take work again, through a restart if one is under way.
+        An endpoint that is neither restarting nor answering its health check after `grace_s` (the moment a
+        server's exit watcher needs to notice a crash) is given up on. Returns the endpoint back, or None."""
+        watched = endpoints or self.endpoints
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if any(ep.restarting for ep in watched):
+                await asyncio.sleep(0.25)
+                continue
+            for endpoint in watched:
+                if endpoint.healthy or await endpoint.client.healthy(timeout_s=2.0):
+                    endpoint.healthy = True
+                    return endpoint
+            if time.monotonic() - started > grace_s:
+                return None
+            await asyncio.sleep(0.25)
+        return None
 
     async def check_health(self) -> None:
         """Probe every endpoint's /health: a failing one is skipped, a recovered one comes back."""
@@ -80,6 +123,13 @@ class EndpointPool:
         while True:
             await self.check_health()
             await asyncio.sleep(interval_s)
+
+    def replace_url(self, old: str, new: str, api_key: str | None = None, **client_options: float) -> None:
+        """A managed server came back on another address: its endpoint follows it."""
+        endpoint = self.find(old)
+        if endpoint is not None:
+            endpoint.url, endpoint.name = new, new
+            endpoint.client = VideoClient(new, api_key=api_key, **client_options)
 
     def find(self, url: str) -> Endpoint | None:
         return next((ep for ep in self.endpoints if ep.url == url), None)

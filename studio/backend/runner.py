@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from studio import tiers
-from studio.backend.client import ClientError, JobOutcome, RequestTimings, ServerUnreachable
+from studio.backend.client import ClientError, JobOutcome, RequestRejected, RequestTimings, ServerUnreachable
 from studio.backend.protocol import MAX_PROMPT_CHARS, JobRecord, JobStatus, VideoRequest, is_guardrail_block
 from studio.backend.router import EndpointPool, NoEndpointError
 from studio.backend.stats import RequestSample
@@ -148,6 +148,7 @@ class RequestView:
     timings: RequestTimings = field(default_factory=RequestTimings)
     server_progress_is_real: bool = False
     finished_at: float | None = None
+    resubmissions: int = 0  # times it was sent again after its server restarted without having started it
 
     @property
     def tier(self) -> str | None:
@@ -201,6 +202,7 @@ class RequestView:
             "endpoint": self.endpoint,
             "error": self.error,
             "guardrail_blocked": self.guardrail_blocked,
+            "resubmissions": self.resubmissions,
             "video_path": str(self.video_path) if self.video_path else None,
             **{k: v for k, v in self.timings.as_dict().items()},
         }
@@ -218,6 +220,8 @@ class Run:
         requests: list[VideoRequest] | None = None,
         arrivals: list[float] | None = None,
         resumed: list[RequestView] | None = None,
+        resubmit_unstarted: bool = False,
+        restart_wait_s: float = 1800.0,
     ):
         self.id = f"run_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
         self.spec = spec
@@ -231,6 +235,10 @@ class Run:
         ]
         # Open loop: request i is released `arrivals[i]` seconds after the run starts (else all at once).
         self.arrivals = arrivals
+        # With auto-restart: a request whose server went away before it started waits for the server to come
+        # back (at most restart_wait_s) and is sent again; one that had started fails with the reason.
+        self.resubmit_unstarted = resubmit_unstarted
+        self.restart_wait_s = restart_wait_s
         self._tasks: dict[str, asyncio.Task] = {}
         self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
         self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
@@ -277,22 +285,30 @@ class Run:
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
         return sum(self._stop(view.id, RequestState.CANCELLED, reason) for view in self.views)
 
-    def fail_endpoint(self, url: str, reason: str) -> int:
-        """The server behind `url` died: fail what it was working on, with the reason."""
+    def fail_endpoint(self, url: str, reason: str, started_only: bool = False) -> int:
+        """The server behind `url` died: fail what it was working on, with the reason. `started_only`: only
+        what it had started (what it only queued is sent again once the server is back)."""
         return sum(
             self._stop(view.id, RequestState.FAILED, reason)
             for view in self.views
-            if view.endpoint == url and not view.state.finished and view.state is not RequestState.WAITING
+            if view.endpoint == url
+            and not view.state.finished
+            and view.state is not RequestState.WAITING
+            and not (started_only and self._never_started(view))
         )
+
+    @staticmethod
+    def _never_started(view: RequestView) -> bool:
+        return view.state is RequestState.QUEUED and view.timings.first_running is None
 
     @property
     def finished(self) -> bool:
         return all(view.state.finished for view in self.views)
 
-    def fail_endpoint_threadsafe(self, url: str, reason: str) -> None:
+    def fail_endpoint_threadsafe(self, url: str, reason: str, started_only: bool = False) -> None:
         """fail_endpoint from another thread (a server's exit watcher): runs on the run's own loop."""
         if self._main is not None and not self._main.done():
-            self._main.get_loop().call_soon_threadsafe(self.fail_endpoint, url, reason)
+            self._main.get_loop().call_soon_threadsafe(self.fail_endpoint, url, reason, started_only)
 
     def _stop(self, request_id: str, state: RequestState, reason: str) -> bool:
         view = next((v for v in self.views if v.id == request_id), None)
@@ -389,6 +405,9 @@ class Run:
             try:
                 endpoint = self.pool.acquire(exclude=tried)
             except NoEndpointError as exc:
+                if self.resubmit_unstarted and await self.pool.wait_back(timeout_s=self.restart_wait_s):
+                    tried.clear()  # a server came back (restarted): everything may be tried again
+                    continue
                 self._finish(view, RequestState.FAILED, str(exc) if not tried else f"no server took it: {exc}")
                 return
             tried.add(endpoint.url)
@@ -397,9 +416,62 @@ class Run:
                 return
             except ServerUnreachable as exc:
                 self.pool.mark_down(endpoint, str(exc))
-                if view.job_id is not None:  # accepted, then lost: report, never run twice
-                    self._finish(view, RequestState.FAILED, str(exc))
-                    return
+                if view.job_id is not None:  # accepted, then lost: never run twice
+                    if not await self._send_again_after_loss(view, endpoint, exc):
+                        return
+                    tried.discard(endpoint.url)
+
+    async def _send_again_after_loss(self, view: RequestView, endpoint, exc: ServerUnreachable) -> bool:
+        """The server that accepted this request stopped answering. True: it came back without the job, which
+        had never started, so the request is to be sent again. False: settled here, either followed to its end
+        (the server was only briefly unreachable and still has it) or failed with the reason."""
+        if not self.resubmit_unstarted:
+            self._finish(view, RequestState.FAILED, str(exc))
+            return False
+        back = await self.pool.wait_back([endpoint], timeout_s=self.restart_wait_s)
+        if back is None:
+            self._finish(view, RequestState.FAILED, f"{exc}; the server did not come back")
+            return False
+        assert view.job_id is not None
+        try:
+            record = await endpoint.client.retrieve(view.job_id)
+        except RequestRejected as missing:
+            if missing.status_code != 404:
+                self._finish(view, RequestState.FAILED, f"{exc}; then: {missing}")
+                return False
+            if not self._never_started(view):
+                self._finish(view, RequestState.FAILED, f"{exc}; its server restarted while it ran")
+                return False
+            view.resubmissions += 1
+            view.job_id, view.endpoint, view.state, view.progress = None, None, RequestState.WAITING, 0.0
+            view.timings.sent = view.timings.accepted = view.timings.last_queued = None
+            self.store.update_request(view.id, state=view.state, job_id=None, endpoint=None)
+            self._emit(view)
+            return True
+        except ClientError as again:
+            self._finish(view, RequestState.FAILED, f"{exc}; then: {again}")
+            return False
+        await self._follow_existing(view, endpoint, record)
+        return False
+
+    async def _follow_existing(self, view: RequestView, endpoint, record: JobRecord) -> None:
+        """Poll a job the server still has to its end, then download and check it (as a first attempt would)."""
+        dest = self.store.video_path_for(view.id, view.timings.created)
+        ok = False
+        self.pool.hold(endpoint)
+        try:
+            outcome = await endpoint.client.follow(
+                record,
+                dest,
+                on_update=lambda r: self._on_record(view, r),
+                timeout_s=self.request_timeout_s,
+                timings=view.timings,
+            )
+            ok = await self._complete(view, outcome)
+        except ClientError as again:
+            self._finish(view, RequestState.FAILED, str(again))
+        finally:
+            self.pool.release(endpoint, ok)
 
     async def _attempt_on(self, view: RequestView, endpoint) -> None:
         view.endpoint = endpoint.url

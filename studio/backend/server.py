@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from studio.backend.http import sync_client
 from studio.backend.launchers import LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the servers bind (SO_REUSEADDR): connections of a dead server lingering in TIME_WAIT do not count.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -170,11 +173,14 @@ class ManagedServer:
         self._exit_callbacks.append(callback)
 
     # ---- life cycle --------------------------------------------------------------------------------
-    def start(self, wait: bool = True) -> None:
+    def start(self, wait: bool = True, same_port: bool = False) -> None:
+        """Start the process (and wait until it is ready). `same_port`: come back on the port of the last run
+        when it is free, so that clients holding its URL find it again (a restart after a crash)."""
         with self._lock:
             if self.state in (ServerState.STARTING, ServerState.READY):
                 raise RuntimeError(f"server already {self.state}")
-            port = self.requested_port or free_port()
+            previous = self.port if same_port else None
+            port = self.requested_port or (previous if previous and port_is_free(previous) else free_port())
             if self.requested_port and not port_is_free(port):
                 self.state, self.message = ServerState.FAILED, f"port {port} is already in use"
                 raise ServerStartError(f"cannot start: port {port} on 127.0.0.1 is already in use")
@@ -212,7 +218,7 @@ class ManagedServer:
         if proc is None:
             raise RuntimeError("server not started")
         url = self.base_url + self.health_path
-        with httpx.Client(timeout=5.0) as http:
+        with sync_client(5.0) as http:
             while True:
                 if proc.exited.is_set() or proc.popen.poll() is not None:
                     proc.exited.wait(5)
@@ -266,9 +272,9 @@ class ManagedServer:
             self._proc = None
         return self.exit_code
 
-    def restart(self, wait: bool = True) -> None:
+    def restart(self, wait: bool = True, same_port: bool = False) -> None:
         self.stop()
-        self.start(wait=wait)
+        self.start(wait=wait, same_port=same_port)
 
     def __enter__(self) -> ManagedServer:
         self.start()

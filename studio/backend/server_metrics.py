@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from studio.backend.http import async_client
+
 WATCHED = (
     "vllm_omni:num_requests_running",
     "vllm_omni:num_requests_waiting",
@@ -36,7 +38,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 async def scrape(root_url: str, timeout_s: float = 5.0) -> ServerMetrics:
     url = root_url.rstrip("/").removesuffix("/v1") + "/metrics"
     try:
-        async with httpx.AsyncClient(timeout=timeout_s) as http:
+        async with async_client(timeout_s) as http:
             response = await http.get(url)
         response.raise_for_status()
         values = parse_metrics(response.text)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from studio import tiers
 from studio.backend.controller import StudioController
+from studio.backend.server import ServerState
 from studio.backend.server_metrics import scrape
 from studio.config import StudioSettings
 from studio.doctor import collect_report
@@ -201,6 +202,11 @@ def build_page(controller: StudioController) -> gr.Blocks:
                     init_timeout = gr.Number(value=settings.init_timeout_s, label="Init timeout (s)")
                 with gr.Row():
                     server_guardrails = gr.Checkbox(value=settings.guardrails, label="Server-wide guardrails")
+                    auto_restart = gr.Checkbox(
+                        value=settings.auto_restart,
+                        label="Auto-restart a crashed server (and resend what it had not started)",
+                        elem_id="server-auto-restart",
+                    )
                     gpus = gr.Textbox(value=settings.gpus or "", label="GPUs (e.g. 0,1,2,3)")
                     extra_args = gr.Textbox(value=settings.extra_serve_args, label="Extra serve args")
                 server_metrics = gr.Markdown(elem_id="server-metrics")
@@ -376,6 +382,10 @@ def build_page(controller: StudioController) -> gr.Blocks:
                     f"**{status_obj.state}**{elapsed}{code} · {html.escape(status_obj.message)} · "
                     f"`{html.escape(status_obj.command)}`"
                 )
+                if status_obj.state is ServerState.CRASHED and not controller.settings.auto_restart:
+                    text += "\n\n**The server crashed.** Press Restart to start it again, or turn on auto-restart."
+            if controller.auto_restart_note:
+                text += f"\n\n{html.escape(controller.auto_restart_note)}"
             if controller.start_error:
                 text += f"\n\n**start failed**: {html.escape(controller.start_error)}"
             lines = controller.server.log_tail(200) if controller.server else []
@@ -434,6 +444,7 @@ def build_page(controller: StudioController) -> gr.Blocks:
             controller.start_in_background()
             return "restarting with the new settings"
 
+        auto_restart.change(controller.set_auto_restart, auto_restart, None, api_visibility="private")
         start_btn.click(on_start, None, status)
         stop_btn.click(on_stop, None, status)
         restart_btn.click(

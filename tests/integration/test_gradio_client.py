@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
+import httpx
 import pytest
 from gradio_client import Client
 
@@ -49,5 +51,52 @@ def test_generate_through_the_api(tmp_path):
             time.sleep(0.2)
         assert states == ["done", "done"]
         assert len(list((tmp_path / "outputs" / "videos").glob("*/*.mp4"))) == 2
+    finally:
+        stop_studio(studio)
+
+
+def test_the_api_key_reaches_the_engine_but_never_the_page_logs_or_files(tmp_path, monkeypatch):
+    key = "sk-omni-7f3a9c1e5b2d4068"
+    monkeypatch.setenv("OMNI_STUDIO_API_KEY", key)
+    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+    try:
+        client = Client(studio.url, verbose=False)
+        status = client.predict(
+            "a key test",
+            "",
+            "256p",
+            "1:1",
+            5,
+            "24",
+            2,
+            6.0,
+            "1",
+            "fixed",
+            1,
+            1,
+            True,
+            False,
+            None,
+            api_name="/generate",
+        )
+        assert status.startswith("queued 1 request")
+        sidecars: list = []
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not sidecars:
+            sidecars = list((tmp_path / "outputs" / "videos").glob("*/*.json"))
+            time.sleep(0.2)
+        assert sidecars, (tmp_path / "studio.log").read_text()[-2000:]
+        endpoint = json.loads(sidecars[0].read_text())["endpoint"]
+        # The key is in force at the engine: without it, the API refuses.
+        assert httpx.get(f"{endpoint}/v1/models", timeout=10).status_code == 401
+        assert httpx.get(f"{endpoint}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        # ...and nowhere the user or a visitor can read it.
+        for path in ("/", "/config", "/gradio_api/info"):
+            response = httpx.get(studio.url + path, timeout=10)
+            assert key not in response.text, path
+        files = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file()] + [tmp_path / "studio.log"]
+        assert any(p.suffix == ".log" for p in files) and any(p.suffix == ".sqlite3" for p in files)
+        for path in files:
+            assert key.encode() not in path.read_bytes(), path
     finally:
         stop_studio(studio)

@@ -88,3 +88,80 @@ def test_crash_is_noticed_and_fails_in_flight_requests(tmp_path):
         assert done.state is RequestState.DONE and done.video_path.is_file() and done.sidecar_path.is_file()
     finally:
         controller.close()
+
+
+def test_auto_restart_resends_what_never_started_and_fails_what_ran(tmp_path):
+    settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05, auto_restart=True)
+    controller = StudioController(settings)
+    controller.start()
+    first_url, first_pid = controller.server.base_url, controller.server.pid
+
+    async def main():
+        # One long request runs, three short ones wait in the server's queue behind it.
+        long_run = controller.new_run(RunSpec(prompts=["a long one"], tier="256p", frames=33, steps=200))
+        queued_run = controller.new_run(
+            RunSpec(prompts=["queued"], copies=3, concurrency=3, tier="256p", aspect="1:1", frames=5, steps=2)
+        )
+        long_run.start()
+        running = long_run.views[0]
+        while running.state is not RequestState.RUNNING:
+            await asyncio.sleep(0.05)
+        queued_run.start()
+        while not all(v.state is RequestState.QUEUED and v.job_id for v in queued_run.views):
+            await asyncio.sleep(0.05)
+        old_jobs = {v.id: v.job_id for v in queued_run.views}
+        os.kill(controller.server.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while not running.state.finished:
+            await asyncio.sleep(0.05)
+        fail_s = time.monotonic() - killed_at
+        await queued_run.wait()
+        return running, fail_s, queued_run.views, old_jobs
+
+    try:
+        running, fail_s, resent, old_jobs = asyncio.run(main())
+        assert running.state is RequestState.FAILED and "crashed (exit code -9)" in running.error
+        assert fail_s < 5
+        # The server came back on the same address, as a new process.
+        assert controller.server.state is ServerState.READY
+        assert controller.server.base_url == first_url and controller.server.pid != first_pid
+        assert "restarted automatically" in (controller.auto_restart_note or "")
+        for view in resent:
+            assert view.state is RequestState.DONE, view.error
+            assert view.resubmissions == 1
+            assert view.job_id and view.job_id != old_jobs[view.id]  # a new job at the new server
+            assert view.video_path.is_file() and view.sidecar_path.is_file()
+            row = controller.store.request_row(view.id)
+            assert row["state"] == "done" and row["job_id"] == view.job_id
+        # Each request made exactly one video: nothing was run twice.
+        videos = sorted(p.name for p in (tmp_path / "outputs" / "videos").rglob("*.mp4"))
+        assert len(videos) == 3
+    finally:
+        controller.close()
+
+
+def test_without_auto_restart_queued_requests_fail_with_the_reason(tmp_path):
+    settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05)
+    controller = StudioController(settings)
+    controller.start()
+
+    async def main():
+        long_run = controller.new_run(RunSpec(prompts=["a long one"], tier="256p", frames=33, steps=200))
+        queued_run = controller.new_run(RunSpec(prompts=["queued"], tier="256p", aspect="1:1", frames=5, steps=2))
+        long_run.start()
+        while long_run.views[0].state is not RequestState.RUNNING:
+            await asyncio.sleep(0.05)
+        queued_run.start()
+        while not queued_run.views[0].job_id:
+            await asyncio.sleep(0.05)
+        os.kill(controller.server.pid, signal.SIGKILL)
+        await queued_run.wait()
+        await long_run.wait()
+        return queued_run.views[0]
+
+    try:
+        queued = asyncio.run(main())
+        assert queued.state is RequestState.FAILED and "crashed" in queued.error
+        assert controller.server.state is ServerState.CRASHED  # stays down until the user restarts it
+    finally:
+        controller.close()
