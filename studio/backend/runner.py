@@ -426,6 +426,9 @@ class Run:
         had never started, so the request is to be sent again. False: settled here, either followed to its end
         (the server was only briefly unreachable and still has it) or failed with the reason."""
         if not self.resubmit_unstarted:
+            # A managed server's exit watcher fails this request within moments with the better reason (exit
+            # code, last log lines) by cancelling this task; only if none comes is "cannot reach" the reason.
+            await asyncio.sleep(1.0)
             self._finish(view, RequestState.FAILED, str(exc))
             return False
         back = await self.pool.wait_back([endpoint], timeout_s=self.restart_wait_s)
