@@ -14,12 +14,12 @@ if __package__ in (None, ""):
 
 from studio.backend.controller import StudioController
 from studio.config import StudioSettings
-from studio.ui.page import build_page
+from studio.ui.page import build_page, enable_queue
 
 
 def build_app(settings: StudioSettings | None = None):
     controller = StudioController(settings or StudioSettings())
-    return build_page(controller)
+    return enable_queue(build_page(controller))
 
 
 if __name__ == "__main__":

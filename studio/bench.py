@@ -14,7 +14,7 @@ import json
 import platform
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,8 +161,7 @@ async def run_cell(
     guardrails: bool,
     concurrency: int,
     settings: StudioSettings,
-    progress: Progress,
-    task_id: Any,
+    on_done: Callable[[], None],
 ) -> CellResult:
     rng = random.Random(f"{config.seed}-{tier}-{guardrails}-{concurrency}")
     prompts = [config.prompts[i % len(config.prompts)] for i in range(config.requests)]
@@ -208,7 +207,7 @@ async def run_cell(
     try:
         async for view in run.updates():
             if view.state.finished:
-                progress.advance(task_id)
+                on_done()
     finally:
         sampler.cancel()
     summary = summarize([v.sample() for v in run.views], slo_s=config.slo_s, by_tier=False)
@@ -309,9 +308,72 @@ def write_plots(out: Path, cells: list[CellResult]) -> list[Path]:
     return paths
 
 
+# (cell label, requests finished in the cell, requests in the cell)
+ProgressCallback = Callable[[str, int, int], None]
+
+
+def cell_grid(config: BenchConfig) -> list[tuple[str, bool, int]]:
+    return [(t, g, c) for t in config.tiers for g in config.guardrails for c in config.concurrencies]
+
+
+def cell_label(tier: str, guardrails: bool, concurrency: int) -> str:
+    return f"{tier} guard={'on' if guardrails else 'off'} c={concurrency}"
+
+
+async def bench_pool(
+    pool: EndpointPool,
+    store: OutputStore,
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+    replicas: int | None = None,
+) -> dict[str, Any]:
+    """Every cell of the grid on the endpoints of `pool`, then report.json, the CSVs and the plots in `out`.
+    The page's Bench view runs this on the studio's endpoints; `omni-studio bench` on the replicas it starts."""
+    out.mkdir(parents=True, exist_ok=True)
+    cells: list[CellResult] = []
+    started = time.time()
+    for tier, guard, concurrency in cell_grid(config):
+        label, done = cell_label(tier, guard, concurrency), 0
+        on_progress(label, 0, config.requests)
+
+        def advance(label: str = label) -> None:
+            nonlocal done
+            done += 1
+            on_progress(label, done, config.requests)
+
+        cells.append(await run_cell(pool, store, config, tier, guard, concurrency, settings, advance))
+    summary_rows = [cell.row() for cell in cells]
+    report = {
+        "config": {
+            **config.__dict__,
+            "replicas": replicas,
+            "engine": settings.engine,
+            "model": settings.model,
+            "endpoints": [ep.url for ep in pool.endpoints],
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "started": started,
+            "finished": time.time(),
+        },
+        "cells": [{**row, "per_request": None} for row in summary_rows],
+        "requests": request_rows(cells),
+        "recommendation": recommendation(cells, config.slo_s),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    write_csv(out / "requests.csv", report["requests"])
+    write_csv(out / "summary.csv", summary_rows)
+    write_plots(out, cells)
+    return report
+
+
 async def run_bench(
     settings: StudioSettings, config: BenchConfig, out: Path, replicas: int = 1, console: Console | None = None
 ) -> dict[str, Any]:
+    """`omni-studio bench`: start the replicas (or attach to --url servers), bench them, stop them."""
     console = console or Console(stderr=True, soft_wrap=True)
     out.mkdir(parents=True, exist_ok=True)
     store = OutputStore(out / "outputs")
@@ -334,9 +396,6 @@ async def run_bench(
             poll_interval_s=settings.poll_interval_s,
         )
         health = asyncio.create_task(pool.watch_health())
-        cells: list[CellResult] = []
-        grid = [(t, g, c) for t in config.tiers for g in config.guardrails for c in config.concurrencies]
-        started = time.time()
         try:
             with Progress(
                 TextColumn("{task.description}"),
@@ -345,39 +404,17 @@ async def run_bench(
                 TimeElapsedColumn(),
                 console=console,
             ) as progress:
-                for tier, guard, concurrency in grid:
-                    task_id = progress.add_task(
-                        f"{tier} guard={'on' if guard else 'off'} c={concurrency}", total=config.requests
-                    )
-                    cell = await run_cell(pool, store, config, tier, guard, concurrency, settings, progress, task_id)
-                    cells.append(cell)
+                tasks: dict[str, Any] = {}
+
+                def on_progress(label: str, done: int, total: int) -> None:
+                    if label not in tasks:
+                        tasks[label] = progress.add_task(label, total=total)
+                    progress.update(tasks[label], completed=done)
+
+                return await bench_pool(pool, store, settings, config, out, on_progress, replicas=replicas)
         finally:
             health.cancel()
             await pool.close()
-        summary_rows = [cell.row() for cell in cells]
-        report = {
-            "config": {
-                **config.__dict__,
-                "replicas": replicas,
-                "engine": settings.engine,
-                "model": settings.model,
-                "endpoints": urls,
-            },
-            "environment": {
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-                "started": started,
-                "finished": time.time(),
-            },
-            "cells": [{**row, "per_request": None} for row in summary_rows],
-            "requests": request_rows(cells),
-            "recommendation": recommendation(cells, config.slo_s),
-        }
-        (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-        write_csv(out / "requests.csv", report["requests"])
-        write_csv(out / "summary.csv", summary_rows)
-        write_plots(out, cells)
-        return report
     finally:
         for server in servers:
             server.stop()

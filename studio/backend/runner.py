@@ -323,11 +323,15 @@ class Run:
     # ---- execution ---------------------------------------------------------------------------------
     async def _execute(self) -> None:
         self._started = time.monotonic()
+        # With several endpoints, one that went down is probed while the run lasts and comes back when healthy.
+        watcher = asyncio.create_task(self.pool.watch_health()) if len(self.pool.endpoints) > 1 else None
         try:
             for view in self.views:
                 self._tasks[view.id] = asyncio.create_task(self._one(view), name=view.id)
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         finally:
+            if watcher is not None:
+                watcher.cancel()
             self._updates.put_nowait(None)
 
     def add_listener(self, listener: Callable[[RequestView], None]) -> None:

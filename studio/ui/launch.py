@@ -38,12 +38,12 @@ def launch_ui(settings: StudioSettings) -> int:
     except ValueError as exc:
         print(f"omni-studio: error: {exc}", file=sys.stderr)
         return 2
-    from studio.ui.page import CSS, build_page
+    from studio.ui.page import CSS, build_page, enable_queue
 
     controller = StudioController(settings)
     controller.start_in_background()
     demo = build_page(controller)
-    demo.queue(default_concurrency_limit=None)
+    enable_queue(demo)
     print(
         f"Omni Studio: open http://{settings.host}:{settings.port} ({settings.engine} engine starting)",
         flush=True,

@@ -17,7 +17,7 @@ from studio.backend.server import ServerState
 from studio.backend.server_metrics import scrape
 from studio.config import StudioSettings
 from studio.doctor import collect_report
-from studio.ui import handlers
+from studio.ui import bench_view, handlers
 
 CSS = """
 #engine-status { font-size: 0.9em; opacity: 0.85; }
@@ -45,6 +45,20 @@ FORM_FIELDS = [
     "guardrails",
     "sound",
     "image",
+]
+
+
+BENCH_FIELDS = [
+    "requests",
+    "concurrency",
+    "tiers",
+    "guardrails",
+    "aspect",
+    "frames",
+    "steps",
+    "request_rate",
+    "warmup",
+    "slo_s",
 ]
 
 
@@ -171,6 +185,57 @@ def build_page(controller: StudioController) -> gr.Blocks:
                 history_status = gr.Markdown("", elem_id="history-status")
                 run_requests = gr.Dataframe(interactive=False, elem_id="history-requests", label="Requests of the run")
                 run_gallery = gr.Gallery(label="Videos of the run", columns=4, height=300, elem_id="history-gallery")
+
+            with gr.Tab("Bench", id="bench-tab"):
+                gr.Markdown(
+                    "Measure the endpoints this studio uses (the Server view): every tier x guardrails x "
+                    "concurrency cell, closed loop (or open loop at a request rate), warm-up excluded. The same "
+                    "engine as `omni-studio bench`. Other work sent meanwhile skews the figures."
+                )
+                with gr.Row():
+                    bench_requests = gr.Number(
+                        value=8, precision=0, label="Requests per cell", elem_id="bench-requests"
+                    )
+                    bench_concurrency = gr.Textbox(
+                        value="1,4", label="Concurrency (comma list)", elem_id="bench-concurrency"
+                    )
+                    bench_tiers = gr.CheckboxGroup(
+                        list(tiers.TIERS), value=[settings.default_tier], label="Tiers", elem_id="bench-tiers"
+                    )
+                    bench_guardrails = gr.CheckboxGroup(
+                        ["on", "off"], value=["on"], label="Guardrails", elem_id="bench-guardrails"
+                    )
+                with gr.Row():
+                    bench_aspect = gr.Dropdown(
+                        list(tiers.ASPECTS), value="16:9", label="Aspect", elem_id="bench-aspect"
+                    )
+                    bench_frames = gr.Number(
+                        value=controller.default_frames(settings.default_tier),
+                        precision=0,
+                        label="Frames",
+                        elem_id="bench-frames",
+                    )
+                    bench_steps = gr.Number(
+                        value=settings.default_steps or tiers.DEFAULT_STEPS,
+                        precision=0,
+                        label="Steps",
+                        elem_id="bench-steps",
+                    )
+                    bench_rate = gr.Number(value=0, label="Request rate /s (0: closed loop)", elem_id="bench-rate")
+                    bench_warmup = gr.Number(value=1, precision=0, label="Warm-up requests", elem_id="bench-warmup")
+                    bench_slo = gr.Number(value=0, label="SLO seconds (0: none)", elem_id="bench-slo")
+                bench_run = gr.Button("Run bench", variant="primary", elem_id="bench-run")
+                bench_status = gr.Markdown("", elem_id="bench-status")
+                bench_table = gr.Dataframe(
+                    headers=bench_view.BENCH_HEADERS,
+                    value=[],
+                    interactive=False,
+                    elem_id="bench-summary",
+                    label="Cells",
+                )
+                bench_recommendation = gr.Markdown("", elem_id="bench-recommendation")
+                bench_plots = gr.Gallery(label="Plots", columns=3, height=320, elem_id="bench-plots")
+                bench_report = gr.File(label="report.json", interactive=False, elem_id="bench-report")
 
             with gr.Tab("Server", id="server-tab"):
                 server_state = gr.Markdown(elem_id="server-state")
@@ -395,14 +460,18 @@ def build_page(controller: StudioController) -> gr.Blocks:
             if controller.pool is None:
                 return "no endpoints yet"
             results = await asyncio.gather(*(scrape(ep.url) for ep in controller.pool.endpoints))
-            lines = ["| endpoint | outstanding (studio) | running | waiting | succeeded |", "|---|---|---|---|---|"]
+            lines = [
+                "| endpoint | state | outstanding (studio) | running | waiting | succeeded |",
+                "|---|---|---|---|---|---|",
+            ]
             for ep, m in zip(controller.pool.endpoints, results, strict=True):
 
                 def show(v: float | None) -> str:
                     return "–" if v is None else f"{v:.0f}"
 
+                state = "restarting" if ep.restarting else ("up" if ep.healthy else "down")
                 lines.append(
-                    f"| {html.escape(ep.url)} | {ep.outstanding} | {show(m.running)} | {show(m.waiting)} | "
+                    f"| {html.escape(ep.url)} | {state} | {ep.outstanding} | {show(m.running)} | {show(m.waiting)} | "
                     f"{show(m.succeeded)} |"
                 )
             return "\n".join(lines)
@@ -445,6 +514,29 @@ def build_page(controller: StudioController) -> gr.Blocks:
             return "restarting with the new settings"
 
         auto_restart.change(controller.set_auto_restart, auto_restart, None, api_visibility="private")
+
+        async def on_bench(*values: Any):
+            form = dict(zip(BENCH_FIELDS, values, strict=True))
+            async for update in bench_view.run_bench_view(controller, form):
+                yield update
+
+        bench_run.click(
+            on_bench,
+            [
+                bench_requests,
+                bench_concurrency,
+                bench_tiers,
+                bench_guardrails,
+                bench_aspect,
+                bench_frames,
+                bench_steps,
+                bench_rate,
+                bench_warmup,
+                bench_slo,
+            ],
+            [bench_status, bench_table, bench_recommendation, bench_plots, bench_report],
+            api_name="bench",
+        )
         start_btn.click(on_start, None, status)
         stop_btn.click(on_stop, None, status)
         restart_btn.click(
@@ -499,3 +591,17 @@ def settings_values(
     )
     values["api_key"] = key if key else current.api_key_value()
     return values
+
+
+# Gradio's queue looks for new events every millisecond while it has none: about a tenth of a core spent
+# doing nothing, all day. Every 20 ms is still far quicker than the page's own 1 s refresh.
+IDLE_QUEUE_POLL_S = 0.02
+
+
+def enable_queue(demo: gr.Blocks) -> gr.Blocks:
+    """Turn on the page's event queue (no concurrency cap: many users and timers at once) and calm its idle loop."""
+    demo.queue(default_concurrency_limit=None)
+    queue = getattr(demo, "_queue", None)
+    if queue is not None and getattr(queue, "sleep_when_free", IDLE_QUEUE_POLL_S) < IDLE_QUEUE_POLL_S:
+        queue.sleep_when_free = IDLE_QUEUE_POLL_S
+    return demo

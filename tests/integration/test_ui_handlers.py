@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,72 @@ def test_uploads_are_checked(controller, tmp_path):
 def test_export_refuses_unknown_runs(controller):
     with pytest.raises(ValueError, match="no run"):
         handlers.export_run(controller, "../../etc/passwd", "json")
+
+
+BENCH_FORM = {
+    "requests": 2,
+    "concurrency": "1,2",
+    "tiers": ["256p"],
+    "guardrails": ["on"],
+    "aspect": "1:1",
+    "frames": 5,
+    "steps": 2,
+    "request_rate": 0,
+    "warmup": 0,
+    "slo_s": 600,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"requests": 0}, "requests per cell must be between 1 and 1000"),
+        ({"requests": "lots"}, "requests per cell must be a number"),
+        ({"concurrency": "1,a"}, "concurrency takes whole numbers"),
+        ({"concurrency": "0"}, "each concurrency must be between 1 and 256"),
+        ({"concurrency": ""}, "give at least one concurrency"),
+        ({"tiers": []}, "pick at least one tier"),
+        ({"tiers": ["1080p"]}, "unknown tier '1080p'"),
+        ({"guardrails": []}, "pick guardrails on, off or both"),
+        ({"steps": 500}, "steps must be between 1 and 200"),
+        ({"request_rate": -1}, "request rate must be between 0 and 1000"),
+    ],
+)
+def test_bench_view_refuses_bad_settings_clearly(controller, change, message):
+    from studio.ui import bench_view
+
+    async def main():
+        return [update async for update in bench_view.run_bench_view(controller, {**BENCH_FORM, **change})]
+
+    updates = asyncio.run(main())
+    assert len(updates) == 1
+    status, rows, _, plots, report = updates[0]
+    assert status.startswith("**bench not started**") and message in status
+    assert rows == [] and plots == [] and report is None
+
+
+def test_bench_view_runs_every_cell_and_reports(controller):
+    from studio.ui import bench_view
+
+    async def main():
+        updates = []
+        async for update in bench_view.run_bench_view(controller, BENCH_FORM):
+            if not updates:
+                # While it runs, a second bench is refused rather than mixed into the first one's figures.
+                second = [u async for u in bench_view.run_bench_view(controller, BENCH_FORM)]
+                assert "already running" in second[0][0]
+            updates.append(update)
+        return updates
+
+    updates = asyncio.run(main())
+    status, rows, recommendation, plots, report_path = updates[-1]
+    assert status.startswith("done in"), status
+    assert any(u[0].startswith("running cell") for u in updates[:-1])
+    assert [row[2] for row in rows] == [1, 2] and all(row[4] == 2 and row[5] == 0 for row in rows)
+    report = json.loads(Path(report_path).read_text())
+    assert [cell["concurrency"] for cell in report["cells"]] == [1, 2]
+    assert len(report["requests"]) == 4 and all(r["state"] == "done" for r in report["requests"])
+    assert len(plots) == 3 and all(Path(p).read_bytes()[:8].startswith(b"\x89PNG") for p in plots)
+    assert "256p: lowest latency at concurrency" in recommendation
+    # The bench's requests are in history like any other run.
+    assert sum(run["requests"] for run in controller.store.recent_runs()) >= 4
