@@ -123,6 +123,33 @@ class EngineSettings(BaseSettings):
     max_kept_jobs: int = Field(default=1000, ge=1)
     log_level: str = "info"
 
+    # Batching and the GPU path (see studio/engine/jobs.py and pipeline.py).
+    max_batch: int | None = Field(
+        default=None, ge=1, le=64, description="jobs of one shape per denoising loop (default: 8 on a GPU, 1 on CPU)"
+    )
+    batch_wait_ms: float = Field(
+        default=200.0,
+        ge=0,
+        le=10_000,
+        description="longest a queued job waits for partners of its shape (a tenth of it when nothing else runs)",
+    )
+    compile: Literal["auto", "off", "blocks", "full"] = Field(
+        default="auto", description="torch.compile of the transformer: its repeated blocks on a GPU by default"
+    )
+    compile_mode: str | None = Field(default=None, description="torch.compile mode (default: inductor's default)")
+    attention_backend: str = Field(
+        default="auto", description="diffusers attention backend; auto: the fastest fused kernel measured at start"
+    )
+    warmup: str | None = Field(
+        default=None,
+        description="WxHxF sizes run once before serving, so no request waits for a compile "
+        "(default on a GPU: 320x192x33,832x480x33; none on CPU)",
+    )
+    encode_workers: int | None = Field(
+        default=None, ge=0, le=16, description="threads encoding mp4s beside the next batch (default: 8 on a GPU)"
+    )
+    text_cache_size: int = Field(default=64, ge=0, description="prompt embeddings kept for reuse")
+
     @property
     def model_name(self) -> str:
         return self.served_model_name or Path(self.model.rstrip("/")).name or self.model

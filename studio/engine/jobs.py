@@ -1,24 +1,31 @@
-"""Jobs of the embedded engine: their records, a FIFO queue, one worker thread, cancel.
+"""Jobs of the embedded engine: their records, a FIFO queue, one worker thread that batches, cancel.
 
-The worker runs the pipeline off the event loop. A job is `queued` until the worker really starts it,
-and its `progress` follows the denoising steps (decode and encode take the last few percent).
+The worker runs the pipeline off the event loop. It takes the oldest queued job and, where the pipeline can
+batch, up to `max_batch - 1` queued jobs of the same shape (size, frames, steps, guidance, flow shift) to run
+with it in one denoising loop; the oldest job waits at most `batch_wait_ms` (from when it was queued) for such
+partners (a tenth of that when no other job is running or finishing: then only a burst of requests sent
+together is worth waiting for). Each job of a batch keeps its own seed, prompt, progress, cancel and result. A job is `queued`
+until the worker really starts it, and its `progress` follows the denoising steps (decode and encode take
+the last few percent). With `encode_workers`, mp4 encoding runs beside the next batch instead of before it.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from studio.engine.metrics import EngineMetrics
-from studio.engine.pipeline import GenerationCancelled, GenerationParams, PipelineRunner
+from studio.engine.pipeline import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams, PipelineRunner
 from studio.media import encode_mp4
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,8 @@ class Job:
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     listed: bool = True
+    queued_at: float = 0.0  # time.monotonic() when submitted
+    batch_size: int | None = None  # how many jobs shared its denoising loop
 
     @property
     def size(self) -> str:
@@ -97,7 +106,7 @@ def new_job_id(prefix: str = "video_gen") -> str:
 
 
 class JobManager:
-    """Keeps job records, runs queued jobs one at a time in FIFO order on a worker thread."""
+    """Keeps job records and runs queued jobs in FIFO order on a worker thread, in batches where it can."""
 
     def __init__(
         self,
@@ -106,6 +115,9 @@ class JobManager:
         model_name: str,
         metrics: EngineMetrics,
         max_kept_jobs: int = 1000,
+        max_batch: int = 1,
+        batch_wait_ms: float = 0.0,
+        encode_workers: int = 0,
     ):
         self.runner = runner
         self.output_dir = Path(output_dir)
@@ -113,25 +125,51 @@ class JobManager:
         self.model_name = model_name
         self.metrics = metrics
         self.max_kept_jobs = max_kept_jobs
+        self.max_batch = max(1, max_batch)
+        runner.set_max_batch(self.max_batch)
+        self.batch_wait_s = max(0.0, batch_wait_ms) / 1000.0
         self._jobs: OrderedDict[str, Job] = OrderedDict()
-        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._pending: deque[Job] = deque()
         self._lock = threading.Lock()
-        self._running: Job | None = None
+        self._queue_changed = threading.Condition()
+        self._stopping = False
+        self._running: set[str] = set()
         self._worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
+        self._encoder = (
+            ThreadPoolExecutor(max_workers=encode_workers, thread_name_prefix="engine-encode")
+            if encode_workers > 0
+            else None
+        )
         self._listeners: list[Callable[[Job], None]] = []
+        self.batches_run = 0  # batches started
 
     def start(self) -> None:
+        self._warm_encoder()
         self._worker.start()
+
+    def _warm_encoder(self) -> None:
+        """Encode a tiny clip once, so the first request does not pay the encoder's start-up."""
+        path = self.output_dir / f".warm-up-{uuid.uuid4().hex}.mp4"
+        try:
+            encode_mp4(np.zeros((2, 16, 16, 3), dtype=np.uint8), 8, path, threads=self.runner.threads)
+        except Exception:
+            log.exception("the mp4 encoder failed its warm-up")
+        finally:
+            path.unlink(missing_ok=True)
 
     def shutdown(self) -> None:
         with self._lock:
             pending = [job for job in self._jobs.values() if job.status in ("queued", "in_progress")]
         for job in pending:
             job.cancel_requested.set()
-        self._queue.put(None)
+        with self._queue_changed:
+            self._stopping = True
+            self._queue_changed.notify_all()
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False)
 
     def add_listener(self, listener: Callable[[Job], None]) -> None:
-        """Called from the worker thread whenever a job finishes."""
+        """Called from the worker (or an encoder) thread whenever a job finishes."""
         self._listeners.append(listener)
 
     def new_job(self, params: GenerationParams, fps: int, job_id: str | None = None, listed: bool = True) -> Job:
@@ -149,7 +187,10 @@ class JobManager:
         with self._lock:
             self._jobs[job.id] = job
             self._forget_old_jobs()
-        self._queue.put(job)
+        job.queued_at = time.monotonic()
+        with self._queue_changed:
+            self._pending.append(job)
+            self._queue_changed.notify_all()
         self._update_gauges()
         return job
 
@@ -178,7 +219,8 @@ class JobManager:
         return jobs[:limit], len(jobs) > limit
 
     def cancel(self, job_id: str, wait_s: float = 2.0) -> bool:
-        """Stop a job (at its next step when running) and forget it. False if it did not stop within wait_s."""
+        """Stop a job (at its next step when running; the others of its batch go on) and forget it.
+        False if it did not stop within wait_s."""
         job = self.get(job_id)
         if job is None:
             raise KeyError(job_id)
@@ -188,6 +230,8 @@ class JobManager:
                 if job.status == "queued":
                     job.status, job.error = "failed", {"code": 499, "message": "cancelled"}
                     job.done.set()
+            with self._queue_changed:
+                self._queue_changed.notify_all()
         stopped = job.done.wait(wait_s)
         if stopped:
             self.forget(job_id)
@@ -203,7 +247,7 @@ class JobManager:
     def queue_depth(self) -> tuple[int, int]:
         """(running, waiting)."""
         with self._lock:
-            running = 1 if self._running is not None else 0
+            running = len(self._running)
             waiting = sum(1 for job in self._jobs.values() if job.status == "queued")
         return running, waiting
 
@@ -220,45 +264,118 @@ class JobManager:
         self.metrics.running.set(running)
         self.metrics.waiting.set(waiting)
 
+    # --- the worker --------------------------------------------------------------------------------------
+
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is None:
+            batch = self._next_batch()
+            if batch is None:
                 return
-            if job.cancel_requested.is_set() or job.done.is_set():
-                continue
             with self._lock:
-                job.status, job.started_at, self._running = "in_progress", time.time(), job
+                batch = [job for job in batch if job.status == "queued" and not job.cancel_requested.is_set()]
+                started = time.time()
+                for job in batch:
+                    job.status, job.started_at, job.batch_size = "in_progress", started, len(batch)
+                    self._running.add(job.id)
+            if not batch:
+                continue
             self._update_gauges()
-            try:
-                self._run(job)
-            finally:
-                with self._lock:
-                    self._running = None
-                job.done.set()
-                self._update_gauges()
-                for listener in self._listeners:
-                    listener(job)
+            self._run_batch(batch)
 
-    def _run(self, job: Job) -> None:
+    def _next_batch(self) -> list[Job] | None:
+        """The oldest live job and its partners; waits for a first job, and for partners up to the deadline."""
+        with self._queue_changed:
+            while True:
+                while self._pending and (self._pending[0].cancel_requested.is_set() or self._pending[0].done.is_set()):
+                    self._pending.popleft()
+                if self._stopping:
+                    return None
+                if not self._pending:
+                    self._queue_changed.wait()
+                    continue
+                head = self._pending[0]
+                key = self.runner.batch_key(head.params) if self.max_batch > 1 else None
+                if key is None:
+                    return [self._pending.popleft()]
+                with self._lock:
+                    busy = bool(self._running)  # jobs still finishing: their clients may send the next ones
+                deadline = head.queued_at + (self.batch_wait_s if busy else self.batch_wait_s / 10)
+                while True:
+                    partners = [
+                        job
+                        for job in self._pending
+                        if job is not head
+                        and not job.cancel_requested.is_set()
+                        and self.runner.batch_key(job.params) == key
+                    ][: self.max_batch - 1]
+                    remaining = deadline - time.monotonic()
+                    if len(partners) + 1 >= self.max_batch or remaining <= 0 or self._stopping:
+                        break
+                    if head.cancel_requested.is_set():
+                        break
+                    self._queue_changed.wait(remaining)
+                if head.cancel_requested.is_set():
+                    continue  # the head left; start over with the next oldest
+                batch = [head, *partners]
+                taken = {id(job) for job in batch}
+                self._pending = deque(job for job in self._pending if id(job) not in taken)
+                return batch
+
+    def _run_batch(self, jobs: list[Job]) -> None:
+        self.batches_run += 1
+        started = time.perf_counter()
+        answered: set[int] = set()
+
+        def on_result(index: int, result: GenerationOutput | BaseException) -> None:
+            answered.add(index)
+            job = jobs[index]
+            if isinstance(result, BaseException):
+                self._fail(job, result)
+                self._finished(job)
+            elif self._encoder is not None:
+                self._encoder.submit(self._complete, job, result, started)
+            else:
+                self._complete(job, result, started)
+
+        items = [
+            BatchItem(job.params, on_step=self._progress_callback(job), should_stop=job.cancel_requested.is_set)
+            for job in jobs
+        ]
+        try:
+            self.runner.generate_batch(items, on_result)
+        except Exception as exc:
+            log.exception("batch of %d failed", len(jobs))
+            for index, job in enumerate(jobs):
+                if index not in answered:
+                    self._fail(job, exc)
+                    self._finished(job)
+
+    @staticmethod
+    def _progress_callback(job: Job) -> Callable[[int, int], None]:
         def on_step(done: int, total: int) -> None:
             job.progress = int(DENOISE_SHARE * done / total)
 
-        started = time.perf_counter()
+        return on_step
+
+    def _fail(self, job: Job, exc: BaseException) -> None:
+        if isinstance(exc, GenerationCancelled):
+            job.status, job.error = "failed", {"code": 499, "message": "cancelled"}
+        else:
+            log.error("job %s failed: %s: %s", job.id, type(exc).__name__, exc)
+            job.status, job.error = "failed", {"code": 500, "message": f"{type(exc).__name__}: {exc}"}
+        job.completed_at = int(time.time())
+
+    def _complete(self, job: Job, output: GenerationOutput, started: float) -> None:
+        """Encode the mp4 and finish the record."""
         try:
-            output = self.runner.generate(job.params, on_step=on_step, should_stop=job.cancel_requested.is_set)
             encode_started = time.perf_counter()
             path = self.output_dir / f"{job.id}.mp4"
             job.output_frames = encode_mp4(output.frames, job.fps, path, threads=self.runner.threads).num_frames
             encode_s = time.perf_counter() - encode_started
-        except GenerationCancelled:
-            job.status, job.error = "failed", {"code": 499, "message": "cancelled"}
-            job.completed_at = int(time.time())
-            return
         except Exception as exc:
             log.exception("job %s failed", job.id)
-            job.status, job.error = "failed", {"code": 500, "message": f"{type(exc).__name__}: {exc}"}
-            job.completed_at = int(time.time())
+            self._fail(job, exc)
+            self._finished(job)
             return
         job.file_path = path
         job.inference_time_s = round(output.inference_time_s + encode_s, 4)
@@ -277,3 +394,15 @@ class JobManager:
             per_step_s=output.stage_durations["denoise"] / max(1, job.params.num_inference_steps),
             postprocess_s=output.stage_durations["decode"] + encode_s,
         )
+        self._finished(job)
+
+    def _finished(self, job: Job) -> None:
+        with self._lock:
+            self._running.discard(job.id)
+        job.done.set()
+        self._update_gauges()
+        for listener in self._listeners:
+            try:
+                listener(job)
+            except Exception:
+                log.exception("job listener failed")

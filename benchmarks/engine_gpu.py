@@ -1,0 +1,726 @@
+"""The embedded engine on a GPU against the plain diffusers pipeline call, in one run.
+
+Model: Wan2.1-T2V-1.3B's architecture in diffusers (WanTransformer3DModel with its real configuration,
+AutoencoderKLWan, a UMT5-XXL-sized text encoder) with random weights: nothing is downloaded, and speed does
+not depend on weight values. The tokenizer is the tiny model's (ids only; the encoder always sees 512 tokens).
+
+Baseline: `pipe(...)` in bf16, eager, one request at a time. Engine: the engine's PipelineRunner (batched
+denoising loop, fused classifier-free guidance, cached text embeddings, the fastest attention kernel, the
+transformer's blocks compiled and warmed at start-up) behind its JobManager (batching scheduler, mp4 encoding).
+
+    python benchmarks/engine_gpu.py --out DIR                 # full run: 256p and 480p (16:9), 33 frames, 20 steps, CFG 5
+    python benchmarks/engine_gpu.py --out DIR --smoke         # tiny model, 2 steps: checks the script end to end
+    python benchmarks/engine_gpu.py --out DIR --device cpu --smoke
+
+    python benchmarks/engine_gpu.py --out DIR --replicas 2    # 2 engine servers (a GPU each) behind the router vs 1
+
+Writes DIR/engine_gpu.json (every figure; DIR/replicas.json for --replicas) and prints a table.
+
+With --replicas the model is saved to disk once (with a 2-layer stand-in of the text encoder, which the
+engine's cache of prompt embeddings makes a small share of the work) and each replica is a real
+`python -m studio.engine` server on its own GPU; the studio's router (EndpointPool) and client send the same
+closed-loop load to one replica, then to all, alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from studio.engine.jobs import JobManager  # noqa: E402
+from studio.engine.metrics import EngineMetrics  # noqa: E402
+from studio.engine.pipeline import GenerationParams, PipelineRunner  # noqa: E402
+
+TIERS = {"256p": (320, 192), "480p": (832, 480)}
+BARS = {
+    "latency_256p": 0.55,
+    "latency_480p": 0.78,
+    "throughput_c8_256p": 2.5,
+    "mfu_480p": 0.72,
+}
+
+# Wan2.1-T2V-1.3B's transformer (its config.json).
+WAN_1_3B = {
+    "patch_size": [1, 2, 2],
+    "num_attention_heads": 12,
+    "attention_head_dim": 128,
+    "in_channels": 16,
+    "out_channels": 16,
+    "text_dim": 4096,
+    "freq_dim": 256,
+    "ffn_dim": 8960,
+    "num_layers": 30,
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "eps": 1e-6,
+    "image_dim": None,
+    "added_kv_proj_dim": None,
+    "rope_max_seq_len": 1024,
+}
+# google/umt5-xxl's encoder, as Wan2.1 uses it.
+UMT5_XXL = {
+    "vocab_size": 256384,
+    "d_model": 4096,
+    "d_kv": 64,
+    "d_ff": 10240,
+    "num_layers": 24,
+    "num_heads": 64,
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+    "feed_forward_proj": "gated-gelu",
+    "layer_norm_epsilon": 1e-6,
+    "tie_word_embeddings": False,
+}
+TINY_TRANSFORMER = {
+    **WAN_1_3B,
+    "text_dim": 256,
+    "num_attention_heads": 2,
+    "attention_head_dim": 64,
+    "ffn_dim": 256,
+    "num_layers": 2,
+}
+TINY_TEXT = {**UMT5_XXL, "vocab_size": 32128, "d_model": 256, "d_ff": 512, "num_layers": 2, "num_heads": 4}
+
+log = logging.getLogger("engine_gpu")
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def build_pipeline(device: str, smoke: bool, text_layers: int | None = None) -> tuple[Any, dict[str, float]]:
+    """The Wan2.1-1.3B pipeline with random weights, built directly on the device (`text_layers`: a shallower
+    stand-in of the text encoder)."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    tiny = ROOT / "assets" / "tiny-wan"
+    seconds: dict[str, float] = {}
+    torch.manual_seed(0)
+    with torch.device(device):
+        started = time.perf_counter()
+        transformer = WanTransformer3DModel(**(TINY_TRANSFORMER if smoke else WAN_1_3B)).to(dtype)
+        seconds["transformer"] = time.perf_counter() - started
+        started = time.perf_counter()
+        text_values = TINY_TEXT if smoke else UMT5_XXL
+        if text_layers is not None:
+            text_values = {**text_values, "num_layers": text_layers, "vocab_size": 32128}
+        text_config = UMT5Config(**text_values)
+        text_encoder = UMT5EncoderModel(text_config).to(dtype).eval()
+        seconds["text_encoder"] = time.perf_counter() - started
+        # diffusers' defaults are Wan2.1's VAE; the smoke test on a CPU takes the tiny model's.
+        vae = (AutoencoderKLWan.from_pretrained(tiny / "vae") if smoke and device == "cpu" else AutoencoderKLWan()).to(
+            dtype
+        )
+    scheduler = UniPCMultistepScheduler.from_pretrained(tiny / "scheduler")
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "tokenizer")
+    pipe = WanPipeline(
+        tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae, scheduler=scheduler
+    )
+    pipe.set_progress_bar_config(disable=True)
+    sync(device)
+    return pipe, seconds
+
+
+def parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def matmul_rate(device: str) -> float:
+    """bf16 matrix product rate (FLOP/s), 8192^3 on random data: median of 20 after about a second of
+    products (the clocks ramp up from idle first)."""
+    if device != "cuda":
+        return float("nan")
+    n = 8192
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(600):
+        a @ b
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * n**3 / statistics.median(times)
+
+
+class ForwardTimer:
+    """Device time of every forward of a module (events; no sync in the loop) and the samples it saw."""
+
+    def __init__(self, module: torch.nn.Module, device: str):
+        self.device, self.enabled = device, False
+        self.records: list[tuple[Any, Any, int]] = []
+        self._start: Any = None
+        module.register_forward_pre_hook(self._pre, with_kwargs=True)
+        module.register_forward_hook(self._post, with_kwargs=True)
+
+    def _event(self) -> Any:
+        if self.device == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _pre(self, module: Any, args: Any, kwargs: dict) -> None:
+        if self.enabled:
+            self._start = self._event()
+
+    def _post(self, module: Any, args: Any, kwargs: dict, output: Any) -> None:
+        if self.enabled:
+            hidden = kwargs.get("hidden_states", args[0] if args else None)
+            self.records.append((self._start, self._event(), int(hidden.shape[0])))
+
+    def reset(self) -> None:
+        self.records = []
+
+    def totals(self) -> tuple[float, int, int]:
+        """(seconds, forwards, samples)."""
+        sync(self.device)
+        seconds = 0.0
+        for start, end, _ in self.records:
+            seconds += start.elapsed_time(end) / 1000 if self.device == "cuda" else end - start
+        return seconds, len(self.records), sum(n for _, _, n in self.records)
+
+
+def transformer_flops(pipe: Any, width: int, height: int, frames: int, device: str) -> float:
+    """FLOPs of one transformer forward for one sample (matmuls and attention), counted by torch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    transformer = pipe.transformer
+    latent_frames = (frames - 1) // pipe.vae_scale_factor_temporal + 1
+    shape = (1, 16, latent_frames, height // pipe.vae_scale_factor_spatial, width // pipe.vae_scale_factor_spatial)
+    x = torch.randn(shape, device=device, dtype=transformer.dtype)
+    text = torch.randn(1, 512, transformer.config.text_dim, device=device, dtype=transformer.dtype)
+    t = torch.tensor([500.0], device=device)
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        transformer(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)
+    return float(counter.get_total_flops())
+
+
+def compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def peak_reset(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+
+
+def text_encoder_cost(pipe: Any, device: str) -> float:
+    """Seconds to encode one prompt (512 tokens), median of 5."""
+    times = []
+    with torch.inference_mode():
+        for i in range(6):
+            sync(device)
+            started = time.perf_counter()
+            pipe.encode_prompt(
+                prompt=[f"cost probe {i}"], do_classifier_free_guidance=False, max_sequence_length=512, device=device
+            )
+            sync(device)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])
+
+
+def vae_decode_probe(pipe: Any, device: str, tiers: list[str], frames: int) -> dict[str, float]:
+    """VAE decode seconds at each tier: one video, and eight together at 256p (cuDNN autotuner as set now)."""
+    out: dict[str, float] = {}
+    vae = pipe.vae
+    latent_frames = (frames - 1) // 4 + 1
+    with torch.inference_mode():
+        for tier in tiers:
+            width, height = TIERS[tier]
+            for batch in (1, 8) if tier == "256p" else (1,):
+                z = torch.randn(batch, 16, latent_frames, height // 8, width // 8, device=device, dtype=vae.dtype)
+                vae.decode(z, return_dict=False)
+                sync(device)
+                started = time.perf_counter()
+                vae.decode(z, return_dict=False)
+                sync(device)
+                out[f"{tier} batch {batch}"] = round(time.perf_counter() - started, 4)
+    return out
+
+
+def run_baseline(
+    pipe: Any, args: argparse.Namespace, tier: str, timer: ForwardTimer, flops: float, rate: float
+) -> dict[str, Any]:
+    """The plain diffusers call, eager bf16, one request at a time."""
+    width, height = TIERS[tier]
+    repeats = args.repeats + 2 if tier == "256p" else max(1, args.repeats - 1)  # 256p: CPU-bound, noisier
+    latencies = []
+    peak_reset(args.device)
+    timer.reset()
+    with torch.inference_mode():
+        for i in range(repeats + 1):  # the first is a warm-up
+            timer.enabled = i > 0
+            sync(args.device)
+            started = time.perf_counter()
+            pipe(
+                prompt=f"a red circle moving left, baseline request {i}",
+                height=height,
+                width=width,
+                num_frames=args.frames,
+                num_inference_steps=args.steps,
+                guidance_scale=args.guidance,
+                generator=torch.Generator("cpu").manual_seed(i),
+                output_type="np",
+            )
+            sync(args.device)
+            if i > 0:
+                latencies.append(time.perf_counter() - started)
+    timer.enabled = False
+    seconds, forwards, samples = timer.totals()
+    latency = statistics.median(latencies)
+    return {
+        "latencies_s": [round(x, 4) for x in latencies],
+        "latency_s": round(latency, 4),
+        "throughput_videos_per_s": round(1 / latency, 4),
+        "transformer_s_per_video": round(seconds / repeats, 4),
+        "transformer_forwards": forwards,
+        "transformer_samples": samples,
+        "transformer_tflops": round(flops * samples / seconds / 1e12, 1) if seconds else None,
+        "mfu": round(flops * samples / seconds / rate, 4) if seconds and rate == rate else None,
+        "peak_gib": peak_gib(args.device),
+    }
+
+
+def submit_and_wait(manager: JobManager, params: GenerationParams) -> tuple[float, Any]:
+    job = manager.new_job(params, fps=16)
+    started = time.perf_counter()
+    manager.submit(job)
+    job.done.wait()
+    return time.perf_counter() - started, job
+
+
+def engine_params(args: argparse.Namespace, tier: str, index: int) -> GenerationParams:
+    width, height = TIERS[tier]
+    return GenerationParams(
+        prompt=f"a red circle moving left, engine request {index}",
+        width=width,
+        height=height,
+        num_frames=args.frames,
+        num_inference_steps=args.steps,
+        guidance_scale=args.guidance,
+        seed=index,
+    )
+
+
+def run_engine_c1(
+    manager: JobManager, args: argparse.Namespace, tier: str, timer: ForwardTimer, flops: float, rate: float
+) -> dict[str, Any]:
+    """One request at a time; the first after start-up is reported apart (it shows whether a request waited
+    for a compile); the median is over the rest."""
+    repeats = args.repeats if tier == "256p" else max(1, args.repeats - 1)
+    latencies, records = [], []
+    peak_reset(args.device)
+    timer.reset()
+    first_s, _ = submit_and_wait(manager, engine_params(args, tier, 999))
+    timer.enabled = True
+    for i in range(repeats):
+        latency, job = submit_and_wait(manager, engine_params(args, tier, 1000 + i))
+        if job.status != "completed":
+            raise RuntimeError(f"engine job failed: {job.error}")
+        latencies.append(latency)
+        records.append(job.record())
+    timer.enabled = False
+    seconds, forwards, samples = timer.totals()
+    latency = statistics.median(latencies)
+    return {
+        "first_request_s": round(first_s, 4),
+        "latencies_s": [round(x, 4) for x in latencies],
+        "latency_s": round(latency, 4),
+        "stage_durations": records[-1]["stage_durations"],
+        "inference_time_s": records[-1]["inference_time_s"],
+        "transformer_s_per_video": round(seconds / repeats, 4),
+        "transformer_forwards": forwards,
+        "transformer_samples": samples,
+        "transformer_tflops": round(flops * samples / seconds / 1e12, 1) if seconds else None,
+        "mfu": round(flops * samples / seconds / rate, 4) if seconds and rate == rate else None,
+        "peak_gib": peak_gib(args.device),
+    }
+
+
+def run_engine_closed_loop(
+    manager: JobManager, args: argparse.Namespace, tier: str, concurrency: int, per_client: int
+) -> dict[str, Any]:
+    """`concurrency` clients, each sending `per_client` requests one after another."""
+    latencies: list[float] = []
+    failures: list[Any] = []
+    batch_sizes: list[int] = []
+    lock = threading.Lock()
+
+    def client(c: int) -> None:
+        for r in range(per_client):
+            latency, job = submit_and_wait(manager, engine_params(args, tier, 2000 + c * 100 + r))
+            with lock:
+                latencies.append(latency)
+                batch_sizes.append(job.batch_size or 0)
+                if job.status != "completed":
+                    failures.append(job.error)
+
+    peak_reset(args.device)
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    done = len(latencies) - len(failures)
+    return {
+        "requests": len(latencies),
+        "failed": len(failures),
+        "wall_s": round(wall, 3),
+        "throughput_videos_per_s": round(done / wall, 4),
+        "s_per_video": round(wall / max(1, done), 4),
+        "latency_p50_s": round(statistics.median(latencies), 3),
+        "latency_max_s": round(max(latencies), 3),
+        "batch_sizes": sorted(batch_sizes),
+        "peak_gib": peak_gib(args.device),
+    }
+
+
+def run_replicas(args: argparse.Namespace) -> int:
+    import asyncio
+    import subprocess
+
+    import httpx
+
+    from studio.backend.client import VideoClient
+    from studio.backend.protocol import VideoRequest
+    from studio.backend.router import Endpoint, EndpointPool
+
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    out_file = args.out / "replicas.json"
+    pipe, _ = build_pipeline(args.device, smoke=args.smoke, text_layers=None if args.smoke else 2)
+    model_dir = Path(tempfile.mkdtemp(prefix="wan-random-")) / "wan2.1-t2v-1.3b-random"
+    started = time.perf_counter()
+    pipe.save_pretrained(model_dir)
+    report["save_s"] = round(time.perf_counter() - started, 1)
+    del pipe
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    count = args.replicas
+    servers, logs = [], []
+    started = time.perf_counter()
+    for i in range(count):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i), "PYTHONUNBUFFERED": "1"}
+        log_file = (args.out / f"replica{i}.log").open("w")
+        logs.append(log_file)
+        command = [sys.executable, "-m", "studio.engine", "--model", str(model_dir), "--port", str(8100 + i)]
+        command += ["--no-guardrails", "--device", args.device, "--max-batch", str(args.max_batch)]
+        command += ["--warmup", f"320x192x{args.frames}" if args.device == "cuda" else ""]
+        command += ["--batch-wait-ms", str(args.batch_wait_ms), "--output-dir", tempfile.mkdtemp(prefix=f"r{i}-")]
+        servers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT))
+    urls = [f"http://127.0.0.1:{8100 + i}" for i in range(count)]
+    deadline = time.monotonic() + 300
+    for url, server in zip(urls, servers, strict=True):
+        while True:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"replica {url} not ready within 300 s")
+            if server.poll() is not None:
+                raise RuntimeError(f"replica {url} exited with {server.returncode}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+    report["start_to_ready_s"] = round(time.perf_counter() - started, 1)
+    model_name = model_dir.name
+
+    async def closed_loop(pool_urls: list[str], requests: int, concurrency: int, tag: str) -> dict[str, Any]:
+        pool = EndpointPool([Endpoint(url=u, client=VideoClient(u, poll_interval_s=0.1)) for u in pool_urls])
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for n in range(requests):
+            queue.put_nowait(n)
+        latencies: list[float] = []
+        failures: list[str] = []
+        dest = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
+
+        async def worker() -> None:
+            while not queue.empty():
+                n = queue.get_nowait()
+                request = VideoRequest(
+                    prompt=f"a red circle moving left, {tag} request {n}",
+                    model=model_name,
+                    width=320,
+                    height=192,
+                    num_frames=args.frames,
+                    fps=16,
+                    num_inference_steps=args.steps,
+                    guidance_scale=args.guidance,
+                    seed=n,
+                )
+                endpoint = pool.acquire()
+                began = time.perf_counter()
+                outcome = await endpoint.client.run(request, dest / f"{n}.mp4")
+                pool.release(endpoint, outcome.ok)
+                latencies.append(time.perf_counter() - began)
+                if not outcome.ok:
+                    failures.append(str(outcome.record.error))
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - began
+        await pool.close()
+        return {
+            "replicas": len(pool_urls),
+            "requests": requests,
+            "failed": len(failures),
+            "wall_s": round(wall, 3),
+            "videos_per_s": round((requests - len(failures)) / wall, 4),
+            "latency_p50_s": round(statistics.median(latencies), 3),
+            "per_endpoint": {ep.url: ep.completed for ep in pool.endpoints},
+        }
+
+    async def measure() -> None:
+        # One short round on every replica first: the first requests after start-up settle the loop.
+        report["warm"] = await closed_loop(urls, 2 * count, 2 * count, "warm")
+        report["rounds"] = []
+        for r in range(args.rounds):
+            one = await closed_loop(urls[:1], args.replica_requests, args.replica_concurrency, f"one{r}")
+            many = await closed_loop(urls, args.replica_requests, args.replica_concurrency, f"many{r}")
+            report["rounds"].append({"one": one, "many": many})
+            out_file.write_text(json.dumps(report, indent=2))
+            print(f"round {r}: 1 replica {one['videos_per_s']} videos/s, {count}: {many['videos_per_s']} videos/s")
+
+    try:
+        asyncio.run(measure())
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=30)
+        for log_file in logs:
+            log_file.close()
+    ones = [r["one"]["videos_per_s"] for r in report["rounds"]]
+    manys = [r["many"]["videos_per_s"] for r in report["rounds"]]
+    report["throughput_ratio"] = round(statistics.median(manys) / statistics.median(ones), 3)
+    out_file.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--smoke", action="store_true", help="tiny model and 2 steps: checks the script only")
+    parser.add_argument("--tiers", default="256p,480p")
+    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--guidance", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3, help="timed requests at concurrency 1 (480p: one fewer)")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--per-client", type=int, default=3, help="requests per client at concurrency 8")
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--batch-wait-ms", type=float, default=200.0)
+    parser.add_argument("--compile", default="auto")
+    parser.add_argument("--compile-mode", default=None)
+    parser.add_argument("--attention-backend", default="auto")
+    parser.add_argument("--cache-restart", action="store_true", help="time a second warm-up from the compile cache")
+    parser.add_argument("--replicas", type=int, default=0, help="engine servers, one per GPU, behind the router")
+    parser.add_argument("--replica-requests", type=int, default=32)
+    parser.add_argument("--replica-concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if args.smoke:
+        args.steps = min(args.steps, 2)
+        args.repeats = min(args.repeats, 2)
+        args.per_client = 1
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
+    for noisy in ("httpx", "diffusers", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.replicas:
+        return run_replicas(args)
+    tiers = [t for t in args.tiers.split(",") if t]
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "errors": []}
+
+    def save() -> None:
+        (args.out / "engine_gpu.json").write_text(json.dumps(report, indent=2, default=str))
+
+    def phase(name: str, fn: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            value = fn()
+        except Exception as exc:
+            traceback.print_exc()
+            report["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+            value = None
+        report.setdefault("phase_seconds", {})[name] = round(time.perf_counter() - started, 2)
+        log.info("phase %s: %.1f s", name, time.perf_counter() - started)
+        save()
+        return value
+
+    import diffusers
+
+    report["env"] = {
+        "torch": torch.__version__,
+        "diffusers": diffusers.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+    }
+    rate = matmul_rate(args.device)
+    report["bf16_matmul_tflops_start"] = round(rate / 1e12, 1) if rate == rate else None
+    pipe, build_s = build_pipeline(args.device, args.smoke)
+    report["model"] = {
+        "build_s": build_s,
+        "transformer_params": parameters(pipe.transformer),
+        "text_encoder_params": parameters(pipe.text_encoder),
+        "vae_params": parameters(pipe.vae),
+    }
+    report["model"]["text_encode_s"] = phase("text encoder cost", lambda: text_encoder_cost(pipe, args.device))
+    flops = {tier: transformer_flops(pipe, *TIERS[tier], args.frames, args.device) for tier in tiers}
+    report["transformer_tflop_per_sample_forward"] = {k: round(v / 1e12, 3) for k, v in flops.items()}
+    timer = ForwardTimer(pipe.transformer, args.device)
+    save()
+
+    # Baseline first: the engine's settings (attention kernel, cuDNN autotuner, compiled blocks) change the
+    # shared modules afterwards.
+    report["vae_decode_s_default"] = phase(
+        "vae probe (default)", lambda: vae_decode_probe(pipe, args.device, tiers, args.frames)
+    )
+    report["baseline"] = {}
+    for tier in tiers:
+        report["baseline"][tier] = phase(
+            f"baseline {tier}", lambda tier=tier: run_baseline(pipe, args, tier, timer, flops[tier], rate)
+        )
+
+    runner = PipelineRunner(
+        "wan2.1-t2v-1.3b-random",
+        device=args.device,
+        compile=args.compile,
+        compile_mode=args.compile_mode,
+        attention_backend=args.attention_backend,
+    )
+    phase("engine load", lambda: runner.load(pipeline=pipe))
+    report["engine_config"] = {
+        "compile": runner.compile if args.device == "cuda" else "off",
+        "compile_mode": runner.compile_mode,
+        "attention_backend": runner.attention_backend,
+        "batched_loop": runner.batched_loop,
+        "fused_qkv": runner.fused_qkv,
+        "max_batch": args.max_batch,
+        "batch_wait_ms": args.batch_wait_ms,
+    }
+    sizes = [(*TIERS[tier], args.frames) for tier in tiers]
+    started = time.perf_counter()
+    report["warmup_s"] = phase("engine warm-up", lambda: runner.warmup(sizes, max_batch=args.max_batch))
+    report["startup_warmup_total_s"] = round(time.perf_counter() - started, 2)
+    report["engine_config"]["vae_channels_last"] = runner.vae_channels_last
+    manager = JobManager(
+        runner,
+        Path(tempfile.mkdtemp(prefix="engine-gpu-")),
+        "bench",
+        EngineMetrics("bench"),
+        max_batch=args.max_batch,
+        batch_wait_ms=args.batch_wait_ms,
+        encode_workers=8 if args.device == "cuda" else 0,
+    )
+    manager.start()
+    report["compiled_graphs_after_warmup"] = compiled_graphs()
+    report["engine"] = {}
+    for tier in tiers:
+        report["engine"][tier] = {
+            "c1": phase(
+                f"engine {tier} c1", lambda tier=tier: run_engine_c1(manager, args, tier, timer, flops[tier], rate)
+            )
+        }
+    if "256p" in tiers:
+        report["engine"]["256p"][f"c{args.concurrency}"] = phase(
+            f"engine 256p c{args.concurrency}",
+            lambda: run_engine_closed_loop(manager, args, "256p", args.concurrency, args.per_client),
+        )
+    # Graphs compiled while requests ran: 0 means no request waited for a compile.
+    report["compiled_graphs_during_requests"] = compiled_graphs() - report["compiled_graphs_after_warmup"]
+    if args.cache_restart and args.device == "cuda":
+
+        def rewarm() -> dict[str, float]:
+            torch._dynamo.reset()
+            started = time.perf_counter()
+            runner.warmup(sizes, max_batch=args.max_batch)
+            return {"total_s": round(time.perf_counter() - started, 2)}
+
+        report["warmup_from_cache"] = phase("warm-up from the compile cache", rewarm)
+    manager.shutdown()
+    # The rate again with the GPU warm; MFU is against the higher of the two (the stricter figure).
+    end_rate = matmul_rate(args.device)
+    if end_rate == end_rate:
+        report["bf16_matmul_tflops_end"] = round(end_rate / 1e12, 1)
+        best = max(rate, end_rate)
+        report["bf16_matmul_tflops"] = round(best / 1e12, 1)
+        for side in ("baseline", "engine"):
+            for cell in (report.get(side) or {}).values():
+                cell = (cell or {}).get("c1", cell) if side == "engine" else cell
+                if cell and cell.get("transformer_tflops"):
+                    cell["mfu"] = round(cell["transformer_tflops"] * 1e12 / best, 4)
+    report["summary"] = summarise(report, tiers, args.concurrency)
+    save()
+    print_table(report)
+    return 0
+
+
+def summarise(report: dict[str, Any], tiers: list[str], concurrency: int) -> dict[str, Any]:
+    base, eng = report.get("baseline") or {}, report.get("engine") or {}
+    summary: dict[str, Any] = {}
+    for tier in tiers:
+        b, e = base.get(tier) or {}, (eng.get(tier) or {}).get("c1") or {}
+        if b.get("latency_s") and e.get("latency_s"):
+            summary[f"latency_ratio_{tier}"] = round(e["latency_s"] / b["latency_s"], 3)
+        summary[f"mfu_baseline_{tier}"] = b.get("mfu")
+        summary[f"mfu_engine_{tier}"] = e.get("mfu")
+    loop = (eng.get("256p") or {}).get(f"c{concurrency}") or {}
+    b256 = base.get("256p") or {}
+    if loop.get("throughput_videos_per_s") and b256.get("throughput_videos_per_s"):
+        summary["throughput_ratio_c8_256p"] = round(
+            loop["throughput_videos_per_s"] / b256["throughput_videos_per_s"], 3
+        )
+    summary["bars"] = BARS
+    return summary
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print()
+    print(f"bf16 matmul: {report.get('bf16_matmul_tflops')} TFLOP/s; warm-up: {report.get('startup_warmup_total_s')} s")
+    for tier, b in (report.get("baseline") or {}).items():
+        e = ((report.get("engine") or {}).get(tier) or {}).get("c1") or {}
+        print(
+            f"{tier}: baseline {b and b.get('latency_s')} s (mfu {b and b.get('mfu')}), "
+            f"engine {e.get('latency_s')} s (mfu {e.get('mfu')}), peak {e.get('peak_gib')} GiB"
+        )
+    print(json.dumps(report.get("summary"), indent=1))
+    if report.get("errors"):
+        print("errors:", report["errors"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""The engine's batching scheduler on the CPU: real PipelineRunner and JobManager over the tiny model.
+
+Batched jobs make the same video as the same requests run alone (and as the plain pipeline call); a job
+cancelled inside a batch stops at once while the others finish unharmed; only jobs of one shape share a
+batch, the oldest job goes first, and a job waits at most `batch_wait_ms` for partners.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from studio.config import DEFAULT_MODEL_DIR
+from studio.engine import jobs as jobs_module
+from studio.engine.jobs import Job, JobManager
+from studio.engine.metrics import EngineMetrics
+from studio.engine.pipeline import BatchItem, GenerationCancelled, GenerationParams, PipelineRunner
+
+pytestmark = pytest.mark.integration
+
+SIZE = {"width": 32, "height": 32, "num_frames": 5}
+
+
+def params(seed: int, steps: int = 3, prompt: str | None = None, **changes: object) -> GenerationParams:
+    values = {
+        **SIZE,
+        "prompt": prompt or f"a red circle moving left {seed}",
+        "num_inference_steps": steps,
+        "guidance_scale": 5.0,
+        "seed": seed,
+        **changes,
+    }
+    return GenerationParams(**values)
+
+
+@pytest.fixture(scope="module")
+def runner() -> PipelineRunner:
+    runner = PipelineRunner(str(DEFAULT_MODEL_DIR), device="cpu", threads=1)
+    runner.load()
+    assert runner.batched_loop  # the tiny model is a Wan pipeline: the engine's own loop drives it
+    return runner
+
+
+@pytest.fixture
+def slow_steps(runner: PipelineRunner) -> Iterator[None]:
+    """Each transformer call takes at least 40 ms, so a test can act while a batch is denoising."""
+    handle = runner.pipe.transformer.register_forward_pre_hook(lambda *_: time.sleep(0.04))
+    yield
+    handle.remove()
+
+
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> dict[str, np.ndarray]:
+    """The frames each job handed to the mp4 encoder, by file name (the encoder itself still runs)."""
+    frames: dict[str, np.ndarray] = {}
+    real = jobs_module.encode_mp4
+
+    def recording(video: np.ndarray, fps: int, path: Path, **options: object):
+        frames[Path(path).stem] = video.astype(int)
+        return real(video, fps, path, **options)
+
+    monkeypatch.setattr(jobs_module, "encode_mp4", recording)
+    return frames
+
+
+def manager_for(runner: PipelineRunner, tmp_path: Path, **options: object) -> JobManager:
+    manager = JobManager(runner, tmp_path / "out", "tiny-wan", EngineMetrics("tiny-wan"), **options)
+    manager.start()
+    return manager
+
+
+def decoded(path: Path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]).astype(int)
+
+
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_batched_loop_matches_the_plain_pipeline_call(runner: PipelineRunner) -> None:
+    requests = [params(11), params(12, negative_prompt="blurry"), params(13)]
+    plain = [runner._generate_plain(p, None, None).frames.astype(int) for p in requests]
+    alone = [runner.generate(p).frames.astype(int) for p in requests]
+    together: dict[int, np.ndarray] = {}
+    runner.generate_batch([BatchItem(p) for p in requests], lambda i, out: together.__setitem__(i, out.frames))
+    for i in range(len(requests)):
+        assert np.abs(alone[i] - plain[i]).max() <= 1
+        assert np.abs(together[i].astype(int) - alone[i]).max() <= 1
+        assert np.abs(together[i].astype(int) - alone[i]).mean() < 0.01
+    assert np.abs(together[0].astype(int) - together[1].astype(int)).mean() > 1  # different seeds, prompts
+
+
+def test_batched_jobs_make_the_same_videos_as_unbatched_ones(
+    runner: PipelineRunner, tmp_path: Path, encoded: dict[str, np.ndarray]
+) -> None:
+    requests = [params(21), params(22), params(23)]
+    one_by_one = manager_for(runner, tmp_path / "single", max_batch=1)
+    singles = [one_by_one.submit(one_by_one.new_job(p, fps=8)) for p in requests]
+    for job in singles:
+        assert job.done.wait(60) and job.status == "completed"
+        assert job.batch_size == 1
+    one_by_one.shutdown()
+
+    batching = manager_for(runner, tmp_path / "batched", max_batch=4, batch_wait_ms=2000)
+    batched = [batching.submit(batching.new_job(p, fps=8)) for p in requests]
+    for job in batched:
+        assert job.done.wait(60) and job.status == "completed", job.error
+        assert job.batch_size == 3 and job.progress == 100
+        assert job.record()["num_frames"] == 5
+        assert decoded(job.file_path).shape == (5, 32, 32, 3)
+    assert batching.batches_run == 1
+    batching.shutdown()
+    for single, batch in zip(singles, batched, strict=True):
+        a, b = encoded[single.id], encoded[batch.id]
+        assert np.abs(a - b).max() <= 1 and np.abs(a - b).mean() < 0.01
+    assert np.abs(encoded[singles[0].id] - encoded[batched[1].id]).max() > 10  # another seed and prompt
+
+
+def test_cancel_one_batched_job_leaves_the_others_intact(
+    runner: PipelineRunner, tmp_path: Path, slow_steps: None, encoded: dict[str, np.ndarray]
+) -> None:
+    requests = [params(31, steps=8), params(32, steps=8), params(33, steps=8)]
+    references = [runner.generate(p).frames for p in requests]
+    manager = manager_for(runner, tmp_path, max_batch=3, batch_wait_ms=2000)
+    jobs = [manager.submit(manager.new_job(p, fps=8)) for p in requests]
+    wait_until(lambda: all(job.status == "in_progress" and job.progress > 0 for job in jobs))
+    assert all(job.batch_size == 3 for job in jobs)
+    cancelled_at = time.monotonic()
+    assert manager.cancel(jobs[1].id, wait_s=5.0)  # stops at its next step, long before the batch ends
+    assert time.monotonic() - cancelled_at < 1.0
+    assert jobs[1].status == "failed" and jobs[1].error == {"code": 499, "message": "cancelled"}
+    assert manager.get(jobs[1].id) is None
+    assert jobs[0].status == jobs[2].status == "in_progress"  # the others go on
+    for index in (0, 2):
+        job = jobs[index]
+        assert job.done.wait(60) and job.status == "completed", job.error
+        assert decoded(job.file_path).shape == (5, 32, 32, 3)
+        assert np.abs(encoded[job.id] - references[index].astype(int)).max() <= 1
+    assert jobs[1].id not in encoded
+    manager.shutdown()
+    assert manager.queue_depth() == (0, 0)
+
+
+def test_cancel_every_job_of_a_batch_stops_the_loop(runner: PipelineRunner, slow_steps: None) -> None:
+    stop = threading.Event()
+    answers: dict[int, object] = {}
+    items = [BatchItem(params(41 + i, steps=50), should_stop=stop.is_set) for i in range(2)]
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    runner.generate_batch(items, lambda i, result: answers.__setitem__(i, result))
+    assert time.monotonic() - started < 2.0  # 50 steps of at least 40 ms would take 2 s or more
+    assert all(isinstance(answers[i], GenerationCancelled) for i in range(2))
+
+
+def test_only_jobs_of_one_shape_share_a_batch_and_the_oldest_goes_first(
+    runner: PipelineRunner, tmp_path: Path, slow_steps: None
+) -> None:
+    manager = manager_for(runner, tmp_path, max_batch=4, batch_wait_ms=0)
+    blocker = manager.submit(manager.new_job(params(50, steps=6), fps=8))  # runs alone; the rest queue behind it
+    wait_until(lambda: blocker.status == "in_progress")
+    a = manager.submit(manager.new_job(params(51), fps=8))
+    b = manager.submit(manager.new_job(params(52, width=48), fps=8))  # another size
+    c = manager.submit(manager.new_job(params(53), fps=8))
+    d = manager.submit(manager.new_job(params(54, guidance_scale=3.0), fps=8))  # another guidance
+    e = manager.submit(manager.new_job(params(55), fps=8))
+    assert manager.queue_depth() == (1, 5)
+    jobs = [blocker, a, b, c, d, e]
+    for job in jobs:
+        assert job.done.wait(60) and job.status == "completed", job.error
+    assert [job.batch_size for job in jobs] == [1, 3, 1, 3, 1, 3]
+    assert a.started_at == c.started_at == e.started_at
+    assert a.started_at < b.started_at < d.started_at  # the oldest queued job leads each batch
+    assert manager.batches_run == 4
+    manager.shutdown()
+
+
+def test_a_job_waits_at_most_batch_wait_for_partners(runner: PipelineRunner, tmp_path: Path, slow_steps: None) -> None:
+    manager = manager_for(runner, tmp_path, max_batch=8, batch_wait_ms=3000)
+
+    def waited(job: Job) -> float:
+        wait_until(lambda: job.started_at is not None)
+        return job.started_at - (time.time() - (time.monotonic() - job.queued_at))
+
+    # Nothing else running: a lone job waits a tenth of batch_wait for a burst, then runs alone.
+    lone = manager.submit(manager.new_job(params(61, steps=1), fps=8))
+    assert 0.25 <= waited(lone) < 1.0
+    assert lone.done.wait(60) and lone.status == "completed" and lone.batch_size == 1
+
+    # A partner that arrives within the wait joins the batch.
+    first = manager.submit(manager.new_job(params(62, steps=1), fps=8))
+    time.sleep(0.1)
+    second = manager.submit(manager.new_job(params(63, steps=1), fps=8))
+    for job in (first, second):
+        assert job.done.wait(60) and job.status == "completed"
+    assert first.batch_size == second.batch_size == 2
+    assert waited(first) < 0.45
+
+    manager.shutdown()
+
+
+def test_while_other_jobs_finish_a_job_waits_the_whole_batch_wait(
+    runner: PipelineRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = jobs_module.encode_mp4
+
+    def slow_encode(*args: object, **options: object):
+        time.sleep(1.0)
+        return real(*args, **options)
+
+    monkeypatch.setattr(jobs_module, "encode_mp4", slow_encode)
+    manager = manager_for(runner, tmp_path, max_batch=8, batch_wait_ms=600, encode_workers=1)
+    finishing = manager.submit(manager.new_job(params(64, steps=1), fps=8))
+    wait_until(lambda: finishing.progress == 95)  # denoised and decoded; its mp4 is being encoded
+    queued = manager.submit(manager.new_job(params(65, steps=1), fps=8))
+    assert queued.done.wait(60) and queued.status == "completed" and queued.batch_size == 1
+    waited = queued.started_at - (time.time() - (time.monotonic() - queued.queued_at))
+    assert 0.5 <= waited < 1.0  # its client's partner may be about to send the next request
+    assert finishing.done.wait(60) and finishing.status == "completed"
+    manager.shutdown()
+
+
+def test_requests_that_cannot_batch_run_alone(runner: PipelineRunner, tmp_path: Path) -> None:
+    # A request with pipeline call options of its own goes through the plain pipeline call.
+    special = params(71, extra={"max_sequence_length": 64})
+    assert runner.batch_key(special) is None
+    manager = manager_for(runner, tmp_path, max_batch=4, batch_wait_ms=1000)
+    jobs = [manager.submit(manager.new_job(p, fps=8)) for p in (special, params(72))]
+    for job in jobs:
+        assert job.done.wait(60) and job.status == "completed", job.error
+        assert job.batch_size == 1
+    manager.shutdown()
