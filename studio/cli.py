@@ -58,6 +58,13 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
         help="server-wide guardrails of a managed server (default on)",
     )
     group.add_argument(
+        "--allow-risky-serve-args",
+        dest="allow_risky_serve_args",
+        action="store_true",
+        default=None,
+        help="confirm --serve-args that widen exposure (--host, --allowed-local-media-path)",
+    )
+    group.add_argument(
         "--auto-restart",
         dest="auto_restart",
         action=argparse.BooleanOptionalAction,

@@ -48,6 +48,10 @@ class StudioSettings(BaseSettings):
     guardrails: bool = Field(default=True, description="server-wide guardrails")
     log_stats: bool = True
     extra_serve_args: str = Field(default="", description="more `vllm serve` flags, split with shlex")
+    allow_risky_serve_args: bool = Field(
+        default=False,
+        description="confirm extra serve args that widen exposure (--host, --allowed-local-media-path)",
+    )
     gpus: str | None = Field(default=None, description="e.g. 0,1,2,3: sets CUDA_VISIBLE_DEVICES")
     docker_image: str = "vllm/vllm-omni:v0.30.0"
     use_docker: bool = False

@@ -7,6 +7,7 @@ shows in argv, `ps` or logs.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
@@ -23,6 +24,9 @@ INSTALL_HINT = (
 )
 # Flags that widen what a server exposes; extra args may not add them behind the user's back.
 RISKY_FLAGS = ("--allowed-local-media-path", "--host")
+
+
+log = logging.getLogger(__name__)
 
 
 class LaunchError(ValueError):
@@ -52,8 +56,9 @@ def parse_gpus(gpus: str | None) -> list[str] | None:
     return parts
 
 
-def parse_extra_args(extra: str) -> list[str]:
-    """Split extra serve flags like a shell would, without running one; refuse flags that widen exposure."""
+def parse_extra_args(extra: str, allow_risky: bool = False) -> list[str]:
+    """Split extra serve flags like a shell would, without running one. Flags that widen what the server
+    exposes are refused unless the user confirmed them (`allow_risky`), and then logged as a warning."""
     if "\n" in extra or "\r" in extra or "\x00" in extra:
         raise LaunchError("extra serve args must be on one line (no newlines or NUL characters)")
     try:
@@ -63,10 +68,13 @@ def parse_extra_args(extra: str) -> list[str]:
     for arg in args:
         for flag in RISKY_FLAGS:
             if arg == flag or arg.startswith(flag + "="):
-                raise LaunchError(
-                    f"extra serve args may not set {flag}: the studio sets the host itself and "
-                    "never lets requests read server files; change it in the settings if you mean it"
-                )
+                if not allow_risky:
+                    raise LaunchError(
+                        f"extra serve args set {flag}, which widens what the server exposes (its address, or "
+                        "files requests may read): confirm it with 'Allow exposure-widening serve args' in the "
+                        "Server view or --allow-risky-serve-args"
+                    )
+                log.warning("extra serve args set %s (confirmed by the user): %s", flag, shlex.join(args))
     return args
 
 
@@ -129,7 +137,7 @@ def _serve_flags(settings: StudioSettings, host: str, port: int) -> list[str]:
         argv.append("--no-guardrails")
     if settings.log_stats:
         argv.append("--log-stats")
-    return argv + parse_extra_args(settings.extra_serve_args)
+    return argv + parse_extra_args(settings.extra_serve_args, settings.allow_risky_serve_args)
 
 
 def _key_env(settings: StudioSettings) -> tuple[dict[str, str], frozenset[str]]:

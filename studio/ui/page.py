@@ -274,6 +274,11 @@ def build_page(controller: StudioController) -> gr.Blocks:
                     )
                     gpus = gr.Textbox(value=settings.gpus or "", label="GPUs (e.g. 0,1,2,3)")
                     extra_args = gr.Textbox(value=settings.extra_serve_args, label="Extra serve args")
+                    allow_risky = gr.Checkbox(
+                        value=settings.allow_risky_serve_args,
+                        label="Allow exposure-widening serve args (--host, --allowed-local-media-path)",
+                        elem_id="server-allow-risky",
+                    )
                 server_metrics = gr.Markdown(elem_id="server-metrics")
                 log_tail = gr.Textbox(
                     label="Server log (last lines)",
@@ -489,7 +494,7 @@ def build_page(controller: StudioController) -> gr.Blocks:
             return "stopped"
 
         async def on_restart(
-            engine_value, model_value, urls, key, tp_v, cfg_v, uly_v, timeout_v, guard_v, gpus_v, extra_v
+            engine_value, model_value, urls, key, tp_v, cfg_v, uly_v, timeout_v, guard_v, gpus_v, extra_v, risky_v
         ) -> str:
             values = settings_values(
                 controller.settings,
@@ -504,6 +509,7 @@ def build_page(controller: StudioController) -> gr.Blocks:
                 guard_v,
                 gpus_v,
                 extra_v,
+                risky_v,
             )
             try:
                 new_settings = StudioSettings.model_validate(values)
@@ -553,6 +559,7 @@ def build_page(controller: StudioController) -> gr.Blocks:
                 server_guardrails,
                 gpus,
                 extra_args,
+                allow_risky,
             ],
             status,
         )
@@ -575,6 +582,7 @@ def settings_values(
     guardrails: bool,
     gpus: str,
     extra: str,
+    allow_risky: bool = False,
 ) -> dict[str, Any]:
     values = current.model_dump()
     values.update(
@@ -588,6 +596,7 @@ def settings_values(
         guardrails=bool(guardrails),
         gpus=(gpus or "").strip() or None,
         extra_serve_args=extra or "",
+        allow_risky_serve_args=bool(allow_risky),
     )
     values["api_key"] = key if key else current.api_key_value()
     return values

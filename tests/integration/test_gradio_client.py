@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -98,5 +99,27 @@ def test_the_api_key_reaches_the_engine_but_never_the_page_logs_or_files(tmp_pat
         assert any(p.suffix == ".log" for p in files) and any(p.suffix == ".sqlite3" for p in files)
         for path in files:
             assert key.encode() not in path.read_bytes(), path
+    finally:
+        stop_studio(studio)
+
+
+def test_only_the_outputs_folder_is_served_to_the_browser(tmp_path):
+    outputs = tmp_path / "outputs"
+    studio = start_studio(outputs, tmp_path / "studio.log")
+    try:
+        inside = outputs / "videos" / "shared.txt"
+        inside.parent.mkdir(parents=True, exist_ok=True)
+        inside.write_text("a result")
+        beside = tmp_path / "private.txt"  # next to the outputs folder, not in it
+        beside.write_text("not for the browser")
+
+        def fetch(path: Path) -> httpx.Response:
+            return httpx.get(f"{studio.url}/gradio_api/file={path.resolve()}", timeout=10)
+
+        assert fetch(inside).status_code == 200 and fetch(inside).text == "a result"
+        for path in (beside, Path("/etc/passwd"), Path(__file__), outputs / ".." / "private.txt"):
+            response = fetch(path)
+            assert response.status_code in (403, 404), path
+            assert "not for the browser" not in response.text and "root:" not in response.text
     finally:
         stop_studio(studio)

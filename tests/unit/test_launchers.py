@@ -97,8 +97,8 @@ def test_missing_vllm_says_how_to_install(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("--allowed-local-media-path /", "may not set --allowed-local-media-path"),
-        ("--host=0.0.0.0", "may not set --host"),
+        ("--allowed-local-media-path /", "set --allowed-local-media-path, which widens"),
+        ("--host=0.0.0.0", "set --host, which widens"),
         ("--enforce-eager\n--host 0.0.0.0", "one line"),
         ("--x 'unterminated", "cannot parse"),
     ],
@@ -140,3 +140,14 @@ def test_embedded_launch_passes_key_in_env_only():
     assert "--no-guardrails" in spec.argv and "topsecret" not in spec.argv
     assert spec.env["VLLM_API_KEY"] == "topsecret"
     assert os.path.basename(spec.argv[0]).startswith("python")
+
+
+def test_risky_extra_args_pass_only_when_confirmed(caplog):
+    assert parse_extra_args("--host 0.0.0.0 --enforce-eager", allow_risky=True) == [
+        "--host",
+        "0.0.0.0",
+        "--enforce-eager",
+    ]
+    assert "extra serve args set --host (confirmed by the user)" in caplog.text
+    with pytest.raises(LaunchError, match="--allow-risky-serve-args"):
+        parse_extra_args("--allowed-local-media-path=/")
