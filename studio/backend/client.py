@@ -27,8 +27,10 @@ from studio.backend.protocol import (
     job_record_from_body,
 )
 
-QUEUED_POLL_CAP_S = 2.0
-RUNNING_POLL_CAP_S = 1.0
+# A queued job is polled less and less often while it waits (up to every 1 s): many jobs queued at a server must
+# not flood it. A running one is polled at the set interval: a server runs few at once, and its completion is
+# what the user waits for.
+QUEUED_POLL_CAP_S = 1.0
 
 
 class ClientError(RuntimeError):
@@ -315,7 +317,7 @@ class VideoClient:
                 if (record.status, record.progress) != seen_state:
                     interval, seen_state = self.poll_interval_s, (record.status, record.progress)
                 else:
-                    cap = QUEUED_POLL_CAP_S if record.status is JobStatus.QUEUED else RUNNING_POLL_CAP_S
+                    cap = QUEUED_POLL_CAP_S if record.status is JobStatus.QUEUED else self.poll_interval_s
                     interval = min(max(interval, interval * 1.5), max(cap, self.poll_interval_s))
                 seen = time.time()
                 if record.status is JobStatus.QUEUED:
