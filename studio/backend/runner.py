@@ -388,19 +388,7 @@ class Run:
             return
         assert view.job_id is not None
         record = JobRecord(id=view.job_id, status=JobStatus.QUEUED)
-        dest = self.store.video_path_for(view.id, view.timings.created)
-        try:
-            outcome = await endpoint.client.follow(
-                record,
-                dest,
-                on_update=lambda r: self._on_record(view, r),
-                timeout_s=self.request_timeout_s,
-                timings=view.timings,
-            )
-        except ClientError as exc:
-            self._finish(view, RequestState.FAILED, f"lost after a studio restart: {exc}")
-            return
-        await self._complete(view, outcome)
+        await self._follow_existing(view, endpoint, record, failure_prefix="lost after a studio restart: ")
 
     async def _attempt(self, view: RequestView) -> None:
         """Send the request; if an endpoint cannot be reached before it accepted the job, try another."""
@@ -461,7 +449,7 @@ class Run:
         await self._follow_existing(view, endpoint, record)
         return False
 
-    async def _follow_existing(self, view: RequestView, endpoint, record: JobRecord) -> None:
+    async def _follow_existing(self, view: RequestView, endpoint, record: JobRecord, failure_prefix: str = "") -> None:
         """Poll a job the server still has to its end, then download and check it (as a first attempt would)."""
         dest = self.store.video_path_for(view.id, view.timings.created)
         ok = False
@@ -476,7 +464,7 @@ class Run:
             )
             ok = await self._complete(view, outcome)
         except ClientError as again:
-            self._finish(view, RequestState.FAILED, str(again))
+            self._finish(view, RequestState.FAILED, f"{failure_prefix}{again}")
         finally:
             self.pool.release(endpoint, ok)
 
