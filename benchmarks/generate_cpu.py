@@ -26,11 +26,30 @@ sys.path.insert(0, str(ROOT))
 from studio import tiers  # noqa: E402
 from studio.config import DEFAULT_MODEL_DIR  # noqa: E402
 
+PROMPT = "a red circle moving left on a white background"
+
 
 def studio_once(args: argparse.Namespace, out: Path) -> tuple[float, float]:
-    command = [sys.executable, "-m", "studio", "generate", "a red circle moving left", "--tier", args.tier,
-               "--aspect", args.aspect, "--frames", str(args.frames), "--steps", str(args.steps), "--seed", "1",
-               "--out", str(out), "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "studio",
+        "generate",
+        PROMPT,
+        "--tier",
+        args.tier,
+        "--aspect",
+        args.aspect,
+        "--frames",
+        str(args.frames),
+        "--steps",
+        str(args.steps),
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
     wall = time.perf_counter() - started
@@ -55,9 +74,15 @@ def main() -> int:
     width, height = tiers.size_for(args.tier, args.aspect)
     runner = PipelineRunner(str(DEFAULT_MODEL_DIR), device="cpu")
     runner.load()
-    params = GenerationParams(prompt="a red circle moving left", width=width, height=height,
-                              num_frames=tiers.round_frames(args.frames), num_inference_steps=args.steps,
-                              guidance_scale=tiers.DEFAULT_GUIDANCE, seed=1)
+    params = GenerationParams(
+        prompt=PROMPT,
+        width=width,
+        height=height,
+        num_frames=tiers.round_frames(args.frames),
+        num_inference_steps=args.steps,
+        guidance_scale=tiers.DEFAULT_GUIDANCE,
+        seed=1,
+    )
     studio_walls, readies, baseline = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
@@ -69,9 +94,13 @@ def main() -> int:
             encode_mp4(output.frames, tiers.DEFAULT_FPS, Path(tmp) / f"baseline{i}.mp4")
             baseline.append(time.perf_counter() - started)
     studio_median, base_median = statistics.median(studio_walls), statistics.median(baseline)
-    print(f"shape {width}x{height}, {params.num_frames} frames, {args.steps} steps, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {args.repeats} repeats")
-    print(f"omni-studio generate wall  median {studio_median:.2f} s  (all: {', '.join(f'{w:.2f}' for w in studio_walls)})")
+    print(
+        f"shape {width}x{height}, {params.num_frames} frames, {args.steps} steps, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {args.repeats} repeats"
+    )
+    print(
+        f"omni-studio generate wall  median {studio_median:.2f} s  (all: {', '.join(f'{w:.2f}' for w in studio_walls)})"
+    )
     print(f"  of which engine start    median {statistics.median(readies):.2f} s")
     print(f"plain diffusers call+mp4   median {base_median:.2f} s  (all: {', '.join(f'{b:.2f}' for b in baseline)})")
     print(f"ratio studio / plain       {studio_median / base_median:.2f}")

@@ -11,7 +11,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ASSETS_DIR = PROJECT_ROOT / "assets"
-DEFAULT_MODEL_DIR = ASSETS_DIR / "tiny-wan"
+# The project's own small text-to-video model (trained on procedural scenes; follows prompts of its grammar).
+SMALL_MODEL_DIR = ASSETS_DIR / "omni-small-t2v"
+# A tiny Wan pipeline with random weights: the same architecture as real Wan models (the GPU batching path and
+# the vLLM-Omni server run it), but it makes noise.
+TINY_WAN_DIR = ASSETS_DIR / "tiny-wan"
+DEFAULT_MODEL_DIR = SMALL_MODEL_DIR
 DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
 
 EngineMode = Literal["embedded", "vllm-omni", "remote"]

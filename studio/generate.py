@@ -9,13 +9,15 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from studio.backend.client import ClientError
+from studio.backend.client import ClientError, load_sdk
 from studio.backend.controller import StudioController
 from studio.backend.launchers import LaunchError
 from studio.backend.runner import RequestState, RunSpec
 from studio.backend.server import ServerStartError
 from studio.config import StudioSettings
 from studio.tiers import TierError
+
+GENERATE_POLL_S = 0.1
 
 
 def _spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec:
@@ -44,12 +46,18 @@ async def run_generate(args: argparse.Namespace, settings: StudioSettings) -> in
         message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         err.print(f"[red]error:[/red] {message}")
         return 2
+    # One request: poll it often (a local engine answers a poll in milliseconds); the default interval is
+    # sized for many requests at once.
+    settings = settings.model_copy(update={"poll_interval_s": min(settings.poll_interval_s, GENERATE_POLL_S)})
     controller = StudioController(settings)
     try:
         if controller.managed:
             err.print(f"starting the {settings.engine} engine ({settings.model}) ...")
         try:
-            controller.start()
+            controller.start(wait=False)
+            load_sdk()  # while the engine starts: the two share no work, and a CPU has more than one core
+            if controller.server is not None:
+                controller.server.wait_ready()
         except (ServerStartError, LaunchError, ValueError) as exc:
             err.print(f"[red]error:[/red] could not start the engine: {exc}")
             return 1

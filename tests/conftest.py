@@ -10,12 +10,15 @@ import pytest
 
 from studio.backend.launchers import embedded_launch
 from studio.backend.server import ManagedServer
-from studio.config import DEFAULT_MODEL_DIR, StudioSettings
+from studio.config import DEFAULT_MODEL_DIR, TINY_WAN_DIR, StudioSettings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-MODEL_DIR = Path(DEFAULT_MODEL_DIR)
+MODEL_DIR = Path(DEFAULT_MODEL_DIR)  # the embedded engine's default: the project's small model
+MODEL_NAME = MODEL_DIR.name
+# vLLM-Omni serves diffusers pipelines it knows (Wan); its tests use the tiny random-weight Wan.
+WAN_DIR = Path(TINY_WAN_DIR)
 API_KEY = "test-key-5f1c"
 # Small shapes keep the CPU tests quick; sizes stay multiples of 16 like every tier size.
 SMALL = {"size": "64x64", "num_frames": "5", "num_inference_steps": "2"}
@@ -39,6 +42,14 @@ def start_engine(tmp_path: Path, **values) -> ManagedServer:
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory) -> Iterator[ManagedServer]:
     server = start_engine(tmp_path_factory.mktemp("engine"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def wan_engine(tmp_path_factory) -> Iterator[ManagedServer]:
+    """An engine on the tiny random-weight Wan: its noise videos are large (noise compresses worst)."""
+    server = start_engine(tmp_path_factory.mktemp("wan-engine"), model=str(WAN_DIR))
     yield server
     server.stop()
 

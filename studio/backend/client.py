@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 
-from studio.backend.http import async_client
+from studio.backend.http import async_client, tls_context
 from studio.backend.protocol import (
     JobRecord,
     JobStatus,
@@ -31,6 +32,30 @@ from studio.backend.protocol import (
 # not flood it. A running one is polled at the set interval: a server runs few at once, and its completion is
 # what the user waits for.
 QUEUED_POLL_CAP_S = 1.0
+
+
+def _lazy_module(name: str):
+    """`name`, loaded on first use: the openai SDK takes most of a second to import, which `generate` spends
+    while the engine it just launched starts (see `load_sdk`) instead of before launching it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+openai = _lazy_module("openai")
+
+
+def load_sdk() -> None:
+    """Do now what the first request would otherwise do (0.1 to 1 s): import the SDK, its videos resource and
+    its HTTP transport, and build the shared TLS context."""
+    importlib.import_module("openai.resources.videos")
+    openai.DefaultAsyncHttpxClient(verify=tls_context())  # imports the transport; never opens a connection
 
 
 class ClientError(RuntimeError):
@@ -182,7 +207,9 @@ class VideoClient:
         if client is None:
             for old_loop in [old for old in self._clients if old.is_closed()]:
                 del self._clients[old_loop]
-            client = self._clients[loop] = openai.AsyncOpenAI(**self._options)
+            # The SDK's own HTTP client would build a TLS context per client (0.1 s); the shared one is built once.
+            http_client = openai.DefaultAsyncHttpxClient(verify=tls_context())
+            client = self._clients[loop] = openai.AsyncOpenAI(**self._options, http_client=http_client)
         return client
 
     async def close(self) -> None:

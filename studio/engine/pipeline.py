@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from studio.engine.allocator import keep_freed_blocks
+
 log = logging.getLogger(__name__)
 
 # Pixel-frames (frames x height x width) one VAE decode call may take when a batch decodes together: eight
@@ -131,6 +133,8 @@ class PipelineRunner:
         self.device = resolve_device(device)
         self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         self.threads = threads or 0  # 0: no budget (torch and the encoder use every core)
+        if self.device == "cpu":
+            keep_freed_blocks()
         if threads:
             torch.set_num_threads(threads)
         if compile == "auto":

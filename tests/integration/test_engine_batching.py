@@ -16,7 +16,7 @@ import av
 import numpy as np
 import pytest
 
-from studio.config import DEFAULT_MODEL_DIR
+from studio.config import TINY_WAN_DIR
 from studio.engine import jobs as jobs_module
 from studio.engine.jobs import Job, JobManager
 from studio.engine.metrics import EngineMetrics
@@ -41,7 +41,7 @@ def params(seed: int, steps: int = 3, prompt: str | None = None, **changes: obje
 
 @pytest.fixture(scope="module")
 def runner() -> PipelineRunner:
-    runner = PipelineRunner(str(DEFAULT_MODEL_DIR), device="cpu", threads=1)
+    runner = PipelineRunner(str(TINY_WAN_DIR), device="cpu", threads=1)
     runner.load()
     assert runner.batched_loop  # the tiny model is a Wan pipeline: the engine's own loop drives it
     return runner

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from studio.media import probe_mp4
-from tests.conftest import API_KEY, SMALL
+from tests.conftest import API_KEY, MODEL_NAME, SMALL
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_health_and_models(http):
     assert http.get("/health").json() == {"status": "healthy"}
     models = http.get("/v1/models").json()
     assert models["object"] == "list"
-    assert models["data"][0]["id"] == "tiny-wan" and models["data"][0]["object"] == "model"
+    assert models["data"][0]["id"] == MODEL_NAME and models["data"][0]["object"] == "model"
 
 
 def test_async_job_life_cycle(http, tmp_path):
@@ -52,7 +52,7 @@ def test_async_job_life_cycle(http, tmp_path):
     assert created.status_code == 200
     record = created.json()
     assert record["id"].startswith("video_gen_") and record["object"] == "video"
-    assert record["status"] == "queued" and record["size"] == "320x192" and record["model"] == "tiny-wan"
+    assert record["status"] == "queued" and record["size"] == "320x192" and record["model"] == MODEL_NAME
     assert record["num_frames"] == 6 and record["fps"] == 16.0 and record["seconds"] == "4"
     done = wait_for(http, record["id"], lambda r: r["status"] in ("completed", "failed"))
     assert done["status"] == "completed" and done["progress"] == 100 and done["num_frames"] == 9
@@ -82,7 +82,7 @@ def test_sync_returns_mp4_with_headers(http, tmp_path):
     response = http.post("/v1/videos/sync", files=form(prompt="a blue square", **SMALL))
     assert response.status_code == 200 and response.headers["content-type"] == "video/mp4"
     assert response.headers["x-request-id"].startswith("video_sync")
-    assert response.headers["x-model"] == "tiny-wan"
+    assert response.headers["x-model"] == MODEL_NAME
     assert float(response.headers["x-inference-time-s"]) > 0
     assert "denoise" in json.loads(response.headers["x-stage-durations"])
     (tmp_path / "sync.mp4").write_bytes(response.content)
@@ -106,7 +106,7 @@ def test_running_job_content_is_404_and_delete_stops_it(http):
     assert http.delete(f"/v1/videos/{job['id']}").json()["deleted"] is True
     assert time.monotonic() - started < 2.0  # stopped at its next step, not at the end of 200
     metrics = http.get("/metrics").text
-    assert 'vllm_omni:num_requests_running{model_name="tiny-wan"} 0.0' in metrics
+    assert f'vllm_omni:num_requests_running{{model_name="{MODEL_NAME}"}} 0.0' in metrics
 
 
 def test_jobs_queue_fifo_and_stay_queued_until_started(http):
@@ -115,7 +115,7 @@ def test_jobs_queue_fifo_and_stay_queued_until_started(http):
     wait_for(http, first["id"], lambda r: r["status"] == "in_progress")
     assert http.get(f"/v1/videos/{second['id']}").json()["status"] == "queued"
     metrics = http.get("/metrics").text
-    assert 'vllm_omni:num_requests_waiting{model_name="tiny-wan"} 1.0' in metrics
+    assert f'vllm_omni:num_requests_waiting{{model_name="{MODEL_NAME}"}} 1.0' in metrics
     http.delete(f"/v1/videos/{first['id']}")
     done = wait_for(http, second["id"], lambda r: r["status"] == "completed")
     assert done["progress"] == 100

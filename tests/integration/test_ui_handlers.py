@@ -12,7 +12,7 @@ import pytest
 from studio.backend.controller import StudioController
 from studio.backend.runner import RequestState
 from studio.ui import handlers
-from tests.conftest import engine_settings
+from tests.conftest import MODEL_NAME, engine_settings
 
 pytestmark = pytest.mark.integration
 
@@ -97,8 +97,8 @@ def test_cancel_all_stops_in_flight_work(controller):
     import httpx
 
     metrics = httpx.get(controller.server.base_url + "/metrics").text
-    assert 'vllm_omni:num_requests_running{model_name="tiny-wan"} 0.0' in metrics
-    assert 'vllm_omni:num_requests_waiting{model_name="tiny-wan"} 0.0' in metrics
+    assert f'vllm_omni:num_requests_running{{model_name="{MODEL_NAME}"}} 0.0' in metrics
+    assert f'vllm_omni:num_requests_waiting{{model_name="{MODEL_NAME}"}} 0.0' in metrics
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import pytest
 from studio.backend.launchers import vllm_omni_launch
 from studio.backend.server import ManagedServer
 from studio.config import StudioSettings
-from tests.conftest import MODEL_DIR
+from tests.conftest import WAN_DIR
 
 _VLLM = os.environ.get("OMNI_STUDIO_VLLM", "")
 VLLM = str(Path(_VLLM).resolve()) if _VLLM else ""
@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 def vllm_settings(**values) -> StudioSettings:
     base = {
         "engine": "vllm-omni",
-        "model": str(MODEL_DIR),
+        "model": str(WAN_DIR),
         "vllm_executable": VLLM,
         "guardrails": False,
         "log_stats": True,

@@ -24,7 +24,7 @@ from studio.backend.server import ServerStartError, ServerState, group_members
 from studio.backend.server_metrics import scrape
 from studio.backend.store import OutputStore
 from studio.media import probe_mp4
-from tests.conftest import MODEL_DIR
+from tests.conftest import WAN_DIR
 from tests.vllm_omni.conftest import API_KEY, VLLM, start_vllm, vllm_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -39,7 +39,7 @@ def test_production_argv_and_ready(vllm_server):
     status = vllm_server.status()
     assert status.state is ServerState.READY and status.startup_s > 0
     argv = status.command.split()
-    assert argv[1:4] == ["serve", str(MODEL_DIR), "--omni"]
+    assert argv[1:4] == ["serve", str(WAN_DIR), "--omni"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--port") + 1] == str(vllm_server.port)
     assert argv[argv.index("--init-timeout") + 1] == "600"
@@ -76,7 +76,7 @@ def test_generate_on_a_managed_vllm_omni(tmp_path):
         "--engine",
         "vllm-omni",
         "--model",
-        str(MODEL_DIR),
+        str(WAN_DIR),
         "--vllm",
         VLLM,
         "--no-server-guardrails",
