@@ -6,7 +6,8 @@ One embedded engine; rounds alternate between the two clients so machine noise h
 - bare: plain httpx: POST the same multipart form, poll GET at the same interval, download the mp4.
 Reported: median latency of each and their ratio, at each concurrency.
 
-Usage: python benchmarks/overhead.py [--rounds 3] [--requests 16] [--concurrency 1,16] [--url URL --api-key K]
+Usage: python benchmarks/overhead.py [--rounds 3] [--requests 16] [--concurrency 1,16] [--frames 33 --steps 35]
+       [--model DIR] [--url URL --api-key K]
 """
 
 from __future__ import annotations
@@ -29,18 +30,23 @@ from studio.backend.router import EndpointPool  # noqa: E402
 from studio.backend.runner import RequestState, Run, RunSpec  # noqa: E402
 from studio.backend.server import ManagedServer  # noqa: E402
 from studio.backend.store import OutputStore  # noqa: E402
-from studio.config import StudioSettings  # noqa: E402
+from studio.config import DEFAULT_MODEL_DIR, StudioSettings  # noqa: E402
 
 POLL_S = 0.25
 
 
+COLORS = ("red", "blue", "green", "yellow", "purple", "orange", "cyan", "pink")
+MOTIONS = ("moving left", "moving right", "moving up", "moving down")
+SHAPE = {"frames": 33, "steps": 35}  # set from the command line
+
+
 def spec(requests: int, concurrency: int) -> RunSpec:
     return RunSpec(
-        prompts=[f"a red circle {i}" for i in range(requests)],
+        prompts=[f"a {COLORS[i % 8]} circle {MOTIONS[i % 4]} on a white background" for i in range(requests)],
         tier="256p",
         aspect="16:9",
-        frames=9,
-        steps=4,
+        frames=SHAPE["frames"],
+        steps=SHAPE["steps"],
         seed=1,
         concurrency=concurrency,
     )
@@ -76,7 +82,8 @@ async def bare_round(url: str, folder: Path, requests: int, concurrency: int, ke
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    settings = StudioSettings(_env_file=None, engine_threads=args.threads)
+    SHAPE.update(frames=args.frames, steps=args.steps)
+    settings = StudioSettings(_env_file=None, engine_threads=args.threads, model=args.model)
     with tempfile.TemporaryDirectory() as tmp:
         server = None
         if args.url:
@@ -112,6 +119,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--concurrency", type=lambda t: [int(x) for x in t.split(",")], default=[1, 16])
     parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL_DIR), help="the embedded engine's model")
+    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--steps", type=int, default=35)
     parser.add_argument("--url", help="measure against a server that already runs (e.g. vllm serve --omni)")
     parser.add_argument("--api-key", help="its bearer key")
     asyncio.run(main_async(parser.parse_args()))

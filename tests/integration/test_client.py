@@ -131,3 +131,32 @@ def test_guardrail_block_reads_as_such(engine, tmp_path):
     view = asyncio.run(main())
     assert view.state is RequestState.FAILED and view.guardrail_blocked
     assert "guardrail" in view.error and "400" in view.error
+
+
+def test_poll_when_done_aims_at_the_expected_end_within_bounds():
+    from studio.backend.client import MIN_POLL_S, poll_when_done
+
+    # 40% in 2 s: 60% more takes 3 s; the interval caps it, MIN_POLL_S floors it.
+    assert poll_when_done((10.0, 0.0), 12.0, 40.0, 5.0) == pytest.approx(3.0)
+    assert poll_when_done((10.0, 0.0), 12.0, 40.0, 1.0) == 1.0
+    assert poll_when_done((10.0, 0.0), 12.0, 99.99, 1.0) == MIN_POLL_S
+    assert poll_when_done((10.0, 20.0), 12.0, 20.0, 1.0) == 1.0  # no movement: no estimate
+
+
+def test_a_running_job_is_seen_done_soon_after_it_ends_despite_a_long_interval(engine, tmp_path):
+    """With polls 3 s apart a job of a few seconds would be seen done 1.5 s late on average; the client polls
+    again when the job's progress says it should be done."""
+    interval = 3.0
+
+    async def main():
+        async with VideoClient(engine.base_url, poll_interval_s=interval) as client:
+            outcome = await client.run(
+                request(width=448, height=256, num_frames=9, num_inference_steps=200), tmp_path / "v.mp4"
+            )
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert outcome.record.status is JobStatus.COMPLETED
+    t = outcome.timings
+    late = (t.completed - t.accepted) - outcome.record.inference_time_s
+    assert late < 0.8 * interval / 2, f"seen done {late:.2f} s after the server finished"
