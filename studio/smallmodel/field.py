@@ -5,7 +5,7 @@ level and the prompt, with the prompt and noise level modulating every layer (Fi
 Why a field: in the grammar's clips an object's place is a simple function of time that the prompt sets
 (start + velocity x t, or a size that grows). A FiLM layer can scale the t coordinate by a prompt-set velocity,
 so "left" and "right" are different slopes of the same feature, learned from a few thousand clips; and a field
-knows nothing of absolute pixel grids, so one model draws any aspect ratio. A 3x3 depthwise convolution over the
+knows nothing of absolute pixel grids, so one model draws any aspect ratio. A 3x3 convolution over the
 noisy clip lets each pixel see its neighbourhood, which keeps the sampler's intermediate clips coherent.
 
 The network predicts the clean clip (prediction "sample"); the pipeline turns that into flow steps.
