@@ -57,6 +57,15 @@ def studio_once(args: argparse.Namespace, out: Path) -> tuple[float, float]:
     return wall, ready
 
 
+def machine_speed_s() -> float:
+    """Seconds for a fixed pure-Python loop: this machine's speed at the time (it varies from minute to minute
+    on shared hosts), printed beside the results so that runs can be compared."""
+    started = time.perf_counter()
+    for _ in range(10**7):
+        pass
+    return time.perf_counter() - started
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -83,9 +92,10 @@ def main() -> int:
         guidance_scale=tiers.DEFAULT_GUIDANCE,
         seed=1,
     )
-    studio_walls, readies, baseline = [], [], []
+    studio_walls, readies, baseline, speeds = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
+            speeds.append(machine_speed_s())
             wall, ready = studio_once(args, Path(tmp) / "studio")
             studio_walls.append(wall)
             readies.append(ready)
@@ -104,6 +114,7 @@ def main() -> int:
     print(f"  of which engine start    median {statistics.median(readies):.2f} s")
     print(f"plain diffusers call+mp4   median {base_median:.2f} s  (all: {', '.join(f'{b:.2f}' for b in baseline)})")
     print(f"ratio studio / plain       {studio_median / base_median:.2f}")
+    print(f"machine speed: 10^7-iteration Python loop {min(speeds):.2f} to {max(speeds):.2f} s")
     print(f"ratio (studio - start) / plain {(studio_median - statistics.median(readies)) / base_median:.2f}")
     return 0
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import gc
 import json
 import signal
 import sys
@@ -15,6 +12,7 @@ from pydantic import ValidationError
 
 from studio import tiers
 from studio.config import StudioSettings, load_settings
+from studio.startup import collector_paused
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -160,17 +158,6 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-@contextlib.contextmanager
-def _collector_paused():
-    """Big imports make many objects and little garbage: the cyclic collector's passes over them only cost
-    start-up time (the engine does the same while its model loads)."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _exit_on_sigterm()
@@ -180,17 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         return engine_main(args.engine_args)
     try:
         if args.command == "generate":
-            with _collector_paused():
-                from studio.generate import run_generate
+            from studio.generate import run_generate  # light: it starts the engine, then imports the rest
 
-            return asyncio.run(run_generate(args, _settings(args)))
+            return run_generate(args, _settings(args))
         if args.command == "bench":
-            with _collector_paused():
+            with collector_paused():
                 from studio.bench_cli import run_bench_command
 
             return run_bench_command(args, _settings(args))
         if args.command == "ui":
-            with _collector_paused():
+            with collector_paused():
                 from studio.ui.launch import launch_ui
 
             return launch_ui(_settings(args))

@@ -14,10 +14,9 @@ from pathlib import Path
 from studio import tiers
 from studio.backend.board import RequestBoard
 from studio.backend.client import server_root
-from studio.backend.launchers import LaunchSpec, launch_for
 from studio.backend.router import EndpointPool
 from studio.backend.runner import Run, RunSpec
-from studio.backend.server import ManagedServer, ServerState, ServerStatus
+from studio.backend.server import ManagedServer, ServerState, ServerStatus, managed_server_for
 from studio.backend.store import OutputStore
 from studio.config import StudioSettings
 
@@ -27,10 +26,17 @@ EMBEDDED_DEFAULT_FRAMES = 33
 
 
 class StudioController:
-    def __init__(self, settings: StudioSettings):
+    def __init__(
+        self,
+        settings: StudioSettings,
+        store: OutputStore | None = None,
+        server: ManagedServer | None = None,
+    ):
+        """`store` and `server`: ones the caller made already (the CLI starts the engine before it imports
+        the rest of the studio); by default the controller makes its own from the settings."""
         self.settings = settings
-        self.store = OutputStore(Path(settings.outputs_dir))
-        self.server: ManagedServer | None = None
+        self.store = store or OutputStore(Path(settings.outputs_dir))
+        self.server: ManagedServer | None = server
         self.pool: EndpointPool | None = None
         self.board = RequestBoard()
         self._lock = threading.Lock()
@@ -42,25 +48,19 @@ class StudioController:
         self._resumed = False
         self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
         self.auto_restart_note: str | None = None  # the last auto-restart, for the page
+        if server is not None:
+            server.on_exit(self._server_exited)
 
     @property
     def managed(self) -> bool:
         return self.settings.engine in ("embedded", "vllm-omni")
-
-    def _launch(self, port: int) -> LaunchSpec:
-        return launch_for(self.settings, port)
 
     def start(self, wait: bool = True) -> None:
         """Start the managed server (or attach to remote ones) and build the endpoint pool."""
         with self._lock:
             if self.managed:
                 if self.server is None:
-                    self.server = ManagedServer(
-                        self._launch,
-                        port=self.settings.server_port,
-                        log_path=self.store.logs_dir / f"{self.settings.engine}-server.log",
-                        init_timeout_s=self.settings.init_timeout_s,
-                    )
+                    self.server = managed_server_for(self.settings, self.store.logs_dir)
                     self.server.on_exit(self._server_exited)
                 server = self.server
             else:
@@ -70,7 +70,11 @@ class StudioController:
                     [server_root(url) for url in self.settings.remote_urls], **self._client_options()
                 )
                 return
-        server.start(wait=wait)
+        if server.state in (ServerState.STARTING, ServerState.READY):  # started by the caller
+            if wait:
+                server.wait_ready()
+        else:
+            server.start(wait=wait)
         self.pool = EndpointPool.from_urls([server.base_url], **self._client_options())
 
     def _client_options(self) -> dict:

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-import httpx
 import psutil
 
-from studio.backend.http import sync_client
-from studio.backend.launchers import LaunchSpec
+from studio.backend.launchers import LaunchSpec, launch_for
+from studio.config import StudioSettings
 
 log = logging.getLogger(__name__)
 # How long after launch readiness is polled every 50 ms: a small engine is ready in seconds, a big server takes
@@ -220,6 +219,11 @@ class ManagedServer:
         proc = self._proc
         if proc is None:
             raise RuntimeError("server not started")
+        # Imported here: a caller that only starts the process (the CLI, before its own imports) needs no HTTP.
+        import httpx
+
+        from studio.backend.http import sync_client
+
         url = self.base_url + self.health_path
         started = time.monotonic()
         with sync_client(5.0) as http:
@@ -267,10 +271,17 @@ class ManagedServer:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
             proc.popen.wait(10)
-        # Children that outlived the leader are in the same group: make sure none is left.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        # Children that outlived the leader are in the same group: make sure none is left. (Most servers leave
+        # none: then the kill finds no process, and the scan of every process on the machine is skipped.)
+        try:
             os.killpg(pgid, signal.SIGKILL)
-        psutil.wait_procs(group_members(pgid), timeout=10)
+            left = True
+        except ProcessLookupError:
+            left = False
+        except PermissionError:
+            left = True
+        if left:
+            psutil.wait_procs(group_members(pgid), timeout=10)
         proc.reader.join(5)
         with self._lock:
             self.exit_code = proc.popen.returncode
@@ -330,6 +341,17 @@ class ManagedServer:
     def _failure_text(self, headline: str) -> str:
         tail = "\n".join(self.log_tail(30))
         return f"{headline}. Last lines of its log:\n{tail}" if tail else headline
+
+
+def managed_server_for(settings: StudioSettings, logs_dir: Path) -> ManagedServer:
+    """The server that studio settings ask to manage: the embedded engine or `vllm serve --omni`, logging to
+    `logs_dir`."""
+    return ManagedServer(
+        lambda port: launch_for(settings, port),
+        port=settings.server_port,
+        log_path=logs_dir / f"{settings.engine}-server.log",
+        init_timeout_s=settings.init_timeout_s,
+    )
 
 
 @atexit.register
