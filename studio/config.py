@@ -149,6 +149,9 @@ class EngineSettings(BaseSettings):
     attention_backend: str = Field(
         default="auto", description="diffusers attention backend; auto: the fastest fused kernel measured at start"
     )
+    cuda_graphs: bool = Field(
+        default=True, description="replay the transformer's forward as CUDA graphs at the warmed shapes (GPU only)"
+    )
     warmup: str | None = Field(
         default=None,
         description="WxHxF sizes run once before serving, so no request waits for a compile "

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile-mode", help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
     parser.add_argument("--attention-backend", help="diffusers attention backend (auto: the fastest measured)")
     parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay the transformer as CUDA graphs at the warmed shapes (default on; GPU only)",
+    )
+    parser.add_argument(
         "--warmup",
         help="WxHxF sizes to run before serving, comma-separated ('' for none; default on a GPU: 256p and 480p 16:9, 33 frames)",
     )
@@ -106,6 +112,7 @@ def _serve(settings: EngineSettings, log: logging.Logger) -> int:
             compile=settings.compile,
             compile_mode=settings.compile_mode,
             attention_backend=settings.attention_backend,
+            cuda_graphs=settings.cuda_graphs,
             text_cache_size=settings.text_cache_size,
         )
         runner.load()

@@ -17,16 +17,17 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from studio.engine.encoding import StreamedEncode
 from studio.engine.metrics import EngineMetrics
 from studio.engine.pipeline import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams, PipelineRunner
-from studio.media import encode_mp4
+from studio.media import VideoInfo, encode_mp4
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Job:
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     listed: bool = True
+    encode_detail: dict[str, float] | None = None  # where an encode beside the decode spent its time after it
     queued_at: float = 0.0  # time.monotonic() when submitted
     batch_size: int | None = None  # how many jobs shared its denoising loop
 
@@ -326,20 +328,41 @@ class JobManager:
         started = time.perf_counter()
         answered: set[int] = set()
 
+        # With an encoder pool, each video is encoded there as the VAE hands its frames over.
+        streams = (
+            [
+                StreamedEncode(self._encoder, self.output_dir / f"{job.id}.mp4", job.fps, self.runner.threads)
+                for job in jobs
+            ]
+            if self._encoder is not None
+            else None
+        )
+
         def on_result(index: int, result: GenerationOutput | BaseException) -> None:
             answered.add(index)
             job = jobs[index]
             if isinstance(result, BaseException):
+                if streams is not None:
+                    streams[index].abort()
                 self._fail(job, result)
                 self._finished(job)
-            elif self._encoder is not None:
-                self._encoder.submit(self._complete, job, result, started)
+            elif streams is not None:
+                decoded = time.perf_counter()
+                stream = streams[index]
+                stream.finish(result.frames).add_done_callback(
+                    lambda encoded: self._complete_streamed(job, result, started, decoded, encoded, stream)
+                )
             else:
                 self._complete(job, result, started)
 
         items = [
-            BatchItem(job.params, on_step=self._progress_callback(job), should_stop=job.cancel_requested.is_set)
-            for job in jobs
+            BatchItem(
+                job.params,
+                on_step=self._progress_callback(job),
+                should_stop=job.cancel_requested.is_set,
+                on_frames=streams[index].push if streams is not None else None,
+            )
+            for index, job in enumerate(jobs)
         ]
         try:
             self.runner.generate_batch(items, on_result)
@@ -347,6 +370,8 @@ class JobManager:
             log.exception("batch of %d failed", len(jobs))
             for index, job in enumerate(jobs):
                 if index not in answered:
+                    if streams is not None:
+                        streams[index].abort()
                     self._fail(job, exc)
                     self._finished(job)
 
@@ -370,13 +395,41 @@ class JobManager:
         try:
             encode_started = time.perf_counter()
             path = self.output_dir / f"{job.id}.mp4"
-            job.output_frames = encode_mp4(output.frames, job.fps, path, threads=self.runner.threads).num_frames
-            encode_s = time.perf_counter() - encode_started
+            info = encode_mp4(output.frames, job.fps, path, threads=self.runner.threads)
         except Exception as exc:
             log.exception("job %s failed", job.id)
             self._fail(job, exc)
             self._finished(job)
             return
+        self._record_video(job, output, started, path, info, time.perf_counter() - encode_started)
+
+    def _complete_streamed(
+        self,
+        job: Job,
+        output: GenerationOutput,
+        started: float,
+        decoded: float,
+        encoded: Future,
+        stream: StreamedEncode,
+    ) -> None:
+        """Finish the record once the encode that ran beside the decode has finished; its `encode` time is what
+        it took after the decode."""
+        try:
+            info = encoded.result()
+            if info is None:
+                raise RuntimeError("the encode was aborted")
+            job.encode_detail = {"backlog_pieces": stream.backlog_at_finish, **stream.close_seconds}
+        except Exception as exc:
+            log.error("job %s failed in its encode: %s: %s", job.id, type(exc).__name__, exc)
+            self._fail(job, exc)
+            self._finished(job)
+            return
+        self._record_video(job, output, started, self.output_dir / f"{job.id}.mp4", info, time.perf_counter() - decoded)
+
+    def _record_video(
+        self, job: Job, output: GenerationOutput, started: float, path: Path, info: VideoInfo, encode_s: float
+    ) -> None:
+        job.output_frames = info.num_frames
         job.file_path = path
         job.inference_time_s = round(output.inference_time_s + encode_s, 4)
         job.stage_durations = {

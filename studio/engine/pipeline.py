@@ -4,7 +4,9 @@ Wan-style pipelines (a text encoder, one transformer, a scheduler and a VAE) run
 denoising loop: several requests of one shape share each transformer call (with the conditional and
 unconditional halves of classifier-free guidance in the same batch), text embeddings are cached, and on a
 GPU the transformer's blocks are compiled for static shapes (a batch is padded up to the next of a few batch
-sizes) and warmed at start-up. Any other pipeline runs through its plain `__call__`, one request at a time.
+sizes), warmed at start-up and then captured as CUDA graphs, one per shape; the VAE decodes one latent frame at
+a time and hands the frames over for encoding as it goes; and everything that runs the model runs on one
+device thread. Any other pipeline runs through its plain `__call__`, one request at a time.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 
 from studio.engine.allocator import keep_freed_blocks
+from studio.engine.graphs import GraphedForward
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,9 @@ class BatchItem:
     params: GenerationParams
     on_step: Callable[[int, int], None] | None = None
     should_stop: Callable[[], bool] | None = None
+    # Given the video's uint8 frames (t, H, W, 3) at the requested size, a few at a time as the VAE decodes them
+    # (the engine's own loop only), so that encoding can run beside the decode. The result still has them all.
+    on_frames: Callable[[np.ndarray], None] | None = None
 
 
 # Called once per item of a batch, as soon as that item is finished: its output, or the exception that ended
@@ -128,6 +136,7 @@ class PipelineRunner:
         compile_mode: str | None = None,
         attention_backend: str = "auto",
         text_cache_size: int = 64,
+        cuda_graphs: bool = True,
     ):
         self.model = model
         self.device = resolve_device(device)
@@ -146,6 +155,8 @@ class PipelineRunner:
         self.attention_backend_setting = attention_backend
         self.attention_backend: str | None = None  # what was applied (a diffusers backend name)
         self.text_cache_size = text_cache_size
+        self.cuda_graphs = cuda_graphs and self.device == "cuda"
+        self.graphs: GraphedForward | None = None  # the transformer's forward, replayed as CUDA graphs
         self.pipe: Any = None
         self.call_parameters: set[str] = set()
         self.size_multiple = 16
@@ -158,11 +169,27 @@ class PipelineRunner:
         self.vae_channels_last: bool | None = None  # decided by measurement at warm-up on a GPU
         self.batch_buckets: list[int] = [2**i for i in range(7)]
         self._text_cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        # On a GPU every call that runs the model runs on this one thread: cuDNN keeps its chosen kernels per
+        # thread, so kernels timed at warm-up on another thread would be timed again by the first request.
+        self._device_thread = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-device") if self.device == "cuda" else None
+        )
+        self._device_thread_id = (
+            self._device_thread.submit(threading.get_ident).result() if self._device_thread else None
+        )
 
     # --- loading -----------------------------------------------------------------------------------------
 
+    def _on_device_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._device_thread is None or threading.get_ident() == self._device_thread_id:
+            return fn(*args)
+        return self._device_thread.submit(fn, *args).result()
+
     def load(self, pipeline: Any = None) -> None:
         """Load the pipeline from `model`, or take one already built (its modules are moved to the device)."""
+        self._on_device_thread(self._load, pipeline)
+
+    def _load(self, pipeline: Any = None) -> None:
         started = time.perf_counter()
         if pipeline is not None:
             self.pipe, source = pipeline, type(pipeline).__name__
@@ -241,6 +268,8 @@ class PipelineRunner:
         if backend and backend != "default" and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend(backend)
             self.attention_backend = backend
+        if self.cuda_graphs:
+            self.graphs = GraphedForward(self._transformer_forward)
         if self.compile == "off":
             return
         import torch._dynamo
@@ -348,7 +377,11 @@ class PipelineRunner:
 
     def generate_batch(self, items: Sequence[BatchItem], on_result: ResultCallback) -> None:
         """Run requests of one batch key together; `on_result(i, output or exception)` once per item, as soon
-        as that item is done. A cancelled item is answered at once and the others go on."""
+        as that item is done (on a GPU, from the device thread). A cancelled item is answered at once and the
+        others go on."""
+        self._on_device_thread(self._generate_batch_here, items, on_result)
+
+    def _generate_batch_here(self, items: Sequence[BatchItem], on_result: ResultCallback) -> None:
         if self.pipe is None:
             raise RuntimeError("pipeline not loaded")
         if not items:
@@ -517,12 +550,8 @@ class PipelineRunner:
                 model_input = latents.to(transformer.dtype)
                 if cfg:
                     model_input = torch.cat([model_input, model_input])
-                out = transformer(
-                    hidden_states=model_input,
-                    timestep=t.expand(model_input.shape[0]),
-                    encoder_hidden_states=context,
-                    return_dict=False,
-                )[0]
+                forward = self.graphs or self._transformer_forward
+                out = forward(model_input, t.expand(model_input.shape[0]), context)
                 if cfg:
                     cond, uncond = out.chunk(2)
                     out = uncond + guidance * (cond - uncond)
@@ -533,6 +562,11 @@ class PipelineRunner:
             steps_done.finish()
             denoise_end = time.perf_counter()
             self._decode(items, latents, alive, on_result, started, denoise_end)
+
+    def _transformer_forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor):
+        return self.pipe.transformer(
+            hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=context, return_dict=False
+        )[0]
 
     def _decode(
         self,
@@ -562,14 +596,49 @@ class PipelineRunner:
                 continue
             decode_start = time.perf_counter()
             z = latents[group].to(vae.dtype) / inv_std + mean
-            video = vae.decode(z, return_dict=False)[0]
-            frames = to_uint8_video(video)
+            frames = self._decode_streaming(z, [items[i] for i in group])
             finished = time.perf_counter()
             for row, i in enumerate(group):
                 output = self._output(
                     frames[row], items[i].params, finished - started, denoise_s, finished - decode_start, len(items)
                 )
                 on_result(i, output)
+
+    def _decode_streaming(self, z: torch.Tensor, items: Sequence[BatchItem]) -> np.ndarray:
+        """Decode latents (B, ...) to uint8 frames (B, T, H, W, 3), handing each item's frames to its
+        `on_frames` as every latent frame is decoded. On a GPU the next latent frame is already queued while the
+        previous one's frames travel to the host, so the device does not wait for the hand-over."""
+        width, height = items[0].params.width, items[0].params.height
+        chunks: list[np.ndarray] = []
+        in_flight: tuple[torch.Tensor, Any] | None = None
+
+        def hand_over(host: torch.Tensor, ready: Any) -> None:
+            if ready is not None:
+                ready.synchronize()
+            frames = host.numpy()
+            if frames.shape[3] != width or frames.shape[2] != height:
+                frames = np.stack([resize_frames(video, width, height) for video in frames])
+            chunks.append(frames)
+            for row, item in enumerate(items):
+                if item.on_frames is not None:
+                    item.on_frames(frames[row])
+
+        with _vae_conv_flags(self.device):
+            for video in vae_decode_chunks(self.pipe.vae, z):
+                frames = to_uint8_tensor(video)
+                if self.device == "cuda":
+                    host = torch.empty(frames.shape, dtype=torch.uint8, pin_memory=True)
+                    host.copy_(frames, non_blocking=True)
+                    ready = torch.cuda.Event()
+                    ready.record()
+                else:
+                    host, ready = frames, None
+                if in_flight is not None:
+                    hand_over(*in_flight)
+                in_flight = (host, ready)
+            if in_flight is not None:
+                hand_over(*in_flight)
+        return np.concatenate(chunks, axis=1)
 
     # --- start-up ----------------------------------------------------------------------------------------
 
@@ -582,9 +651,14 @@ class PipelineRunner:
         """Run each size (width, height, frames) once at each batch size the transformer and the VAE will see
         (the batch buckets up to max_batch), so that no request waits for a compile. Returns the seconds each
         run took."""
+        return self._on_device_thread(self._warmup, sizes, max_batch)
+
+    def _warmup(self, sizes: Sequence[tuple[int, int, int]], max_batch: int = 1) -> dict[str, float]:
         if not self.batched_loop:
             return {}
         self.set_max_batch(max_batch)
+        if self.graphs is not None:
+            self.graphs.recording = True
         if self.device == "cuda" and sizes and self.vae_channels_last is None:
             self._pick_vae_memory_format(max(sizes, key=lambda size: size[0] * size[1] * size[2]))
         for width, height, frames in sizes:
@@ -612,9 +686,28 @@ class PipelineRunner:
                 seconds = time.perf_counter() - started
                 self.warmup_seconds[f"{width}x{height}x{frames} batch {batch}"] = round(seconds, 2)
                 log.info("warm-up %dx%dx%d batch %d: %.1f s", width, height, frames, batch, seconds)
+        if self.graphs is not None:
+            started = time.perf_counter()
+            captured = self.graphs.capture_seen()
+            self.warmup_seconds["cuda graphs"] = round(time.perf_counter() - started, 2)
+            log.info("CUDA graphs of the transformer: %d, captured in %.1f s", captured, time.perf_counter() - started)
+            if captured:
+                self._replay_once(sizes)
         for text in [text for text in self._text_cache if text.startswith("warm-up ")]:
             del self._text_cache[text]  # the empty negative prompt stays: most requests use it
         return dict(self.warmup_seconds)
+
+    def _replay_once(self, sizes: Sequence[tuple[int, int, int]]) -> None:
+        """One request of each size through the captured graphs before serving: whatever a graph's first
+        replays still cost is paid here, not by the first user."""
+        for width, height, frames in sizes:
+            started = time.perf_counter()
+            output = self.generate(GenerationParams("warm-up replay", width, height, frames, WARMUP_STEPS, 5.0, seed=0))
+            torch.cuda.synchronize()
+            stages = {k: round(v, 3) for k, v in output.stage_durations.items()}
+            seconds = round(time.perf_counter() - started, 2)
+            self.warmup_seconds[f"{width}x{height}x{frames} replay"] = seconds
+            log.info("warm-up replay %dx%dx%d: %.2f s %s", width, height, frames, seconds, stages)
 
     def _pick_vae_memory_format(self, size: tuple[int, int, int]) -> None:
         """Time one VAE decode at `size` with the convolution weights as they are and in channels-last order,
@@ -627,7 +720,7 @@ class PipelineRunner:
         z = torch.randn(1, vae.config.z_dim, latent_frames, native_h // factor, native_w // factor, device="cuda")
         z = z.to(vae.dtype)
         times: dict[bool, float] = {}
-        with torch.inference_mode():
+        with torch.inference_mode(), _vae_conv_flags(self.device):
             for channels_last in (False, True):
                 _conv_weights_channels_last(vae, channels_last)
                 vae.decode(z, return_dict=False)
@@ -651,6 +744,8 @@ class PipelineRunner:
         if self.attention_backend is not None and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend("native")
         self.compile, self.attention_backend = "off", None
+        if self.graphs is not None:
+            self.graphs.disable()
 
 
 class _StepProgress:
@@ -723,12 +818,58 @@ def _raise_if_error(result: GenerationOutput | BaseException) -> None:
         raise result
 
 
-def to_uint8_video(video: torch.Tensor) -> np.ndarray:
-    """A decoded batch (B, C, T, H, W) in [-1, 1] -> uint8 (B, T, H, W, C), rounded as `to_uint8_frames` rounds
-    the pipeline's own float output (the arithmetic stays on the device; only uint8 crosses to the host)."""
+def _vae_conv_flags(device: str) -> Any:
+    """cuDNN picks the VAE's 3-D convolution algorithms by timing them on a GPU (once per shape, at warm-up);
+    its default heuristics are slower for these shapes. Only around the engine's VAE calls: a plain pipeline
+    call in the same process keeps torch's defaults."""
+    return torch.backends.cudnn.flags(enabled=True, benchmark=device == "cuda")
+
+
+def to_uint8_tensor(video: torch.Tensor) -> torch.Tensor:
+    """A decoded batch (B, C, T, H, W) in [-1, 1] -> uint8 (B, T, H, W, C) on its device, rounded as
+    `to_uint8_frames` rounds the pipeline's own float output (only uint8 needs to cross to the host)."""
     video = (video / 2 + 0.5).clamp(0, 1)  # the pipeline's video processor, in the VAE's dtype
     video = (video.float() * 255.0 + 0.5).to(torch.uint8)
-    return video.permute(0, 2, 3, 4, 1).contiguous().cpu().numpy()
+    return video.permute(0, 2, 3, 4, 1).contiguous()
+
+
+def to_uint8_video(video: torch.Tensor) -> np.ndarray:
+    """`to_uint8_tensor`, on the host as numpy."""
+    return to_uint8_tensor(video).cpu().numpy()
+
+
+def vae_decode_chunks(vae: Any, z: torch.Tensor) -> Iterator[torch.Tensor]:
+    """`vae.decode(z)` (B, C, T, H, W) in pieces along time, in order: for Wan's causal VAE, the frames of
+    each latent frame as its decoder makes them (the same numbers as its whole decode, which runs the same
+    per-latent-frame loop and concatenates); for any other VAE, or a tiled decode, the whole video at once."""
+    decoder, post_quant_conv = getattr(vae, "decoder", None), getattr(vae, "post_quant_conv", None)
+    factor = getattr(vae, "spatial_compression_ratio", None)
+    tiled = (
+        getattr(vae, "use_tiling", False)
+        and factor is not None
+        and (z.shape[-1] > vae.tile_sample_min_width // factor or z.shape[-2] > vae.tile_sample_min_height // factor)
+    )
+    if type(vae).__name__ != "AutoencoderKLWan" or tiled or not hasattr(vae, "clear_cache") or decoder is None:
+        yield vae.decode(z, return_dict=False)[0]
+        return
+    patch_size = vae.config.patch_size
+    vae.clear_cache()
+    try:
+        x = post_quant_conv(z)
+        for i in range(x.shape[2]):
+            vae._conv_idx = [0]
+            out = decoder(x[:, :, i : i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx, first_chunk=i == 0)
+            if patch_size is not None:
+                out = unpatchify_video(out, patch_size)
+            yield torch.clamp(out, min=-1.0, max=1.0)
+    finally:
+        vae.clear_cache()
+
+
+def unpatchify_video(x: torch.Tensor, patch_size: int) -> torch.Tensor:
+    from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
+
+    return unpatchify(x, patch_size=patch_size)
 
 
 def to_uint8_frames(frames: Any) -> np.ndarray:
