@@ -592,6 +592,13 @@ def main() -> int:
     parser.add_argument("--compile-mode", default=None)
     parser.add_argument("--attention-backend", default="auto")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="the engine without CUDA graphs")
+    parser.add_argument("--no-fused-kernels", action="store_true", help="the engine without its own kernels")
+    parser.add_argument(
+        "--tune-kernels",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the compiler times its fused kernels' block sizes at warm-up (the engine's default)",
+    )
     parser.add_argument("--cache-restart", action="store_true", help="time a second warm-up from the compile cache")
     parser.add_argument("--replicas", type=int, default=0, help="engine servers, one per GPU, behind the router")
     parser.add_argument("--replica-requests", type=int, default=32)
@@ -670,6 +677,8 @@ def main() -> int:
         compile_mode=args.compile_mode,
         attention_backend=args.attention_backend,
         cuda_graphs=not args.no_cuda_graphs,
+        fused_kernels=not args.no_fused_kernels,
+        tune_kernels=args.tune_kernels,
     )
     phase("engine load", lambda: runner.load(pipeline=pipe))
     report["engine_config"] = {
@@ -678,6 +687,8 @@ def main() -> int:
         "attention_backend": runner.attention_backend,
         "batched_loop": runner.batched_loop,
         "fused_qkv": runner.fused_qkv,
+        "kernels": runner.kernels,
+        "tune_kernels": runner.tune_kernels,
         "max_batch": args.max_batch,
         "batch_wait_ms": args.batch_wait_ms,
     }

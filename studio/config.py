@@ -152,6 +152,16 @@ class EngineSettings(BaseSettings):
     cuda_graphs: bool = Field(
         default=True, description="replay the transformer's forward as CUDA graphs at the warmed shapes (GPU only)"
     )
+    fused_kernels: bool = Field(
+        default=True,
+        description="the engine's own kernels in a Wan transformer: GELU in the feed-forward's product, q/k "
+        "normalisation and rotary embedding in one pass, attention without layout copies (GPU only)",
+    )
+    tune_kernels: bool = Field(
+        default=True,
+        description="time the block sizes of the compiler's fused kernels as they compile: a longer first "
+        "start-up (cached after), slightly faster steps (GPU only)",
+    )
     warmup: str | None = Field(
         default=None,
         description="WxHxF sizes run once before serving, so no request waits for a compile "

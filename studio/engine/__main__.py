@@ -55,6 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay the transformer as CUDA graphs at the warmed shapes (default on; GPU only)",
     )
     parser.add_argument(
+        "--fused-kernels",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the engine's fused kernels in a Wan transformer, checked against the plain forward at load "
+        "(default on; GPU only)",
+    )
+    parser.add_argument(
+        "--tune-kernels",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="time the block sizes of the compiler's fused kernels at warm-up: a longer first start-up, "
+        "slightly faster steps (default on; GPU only)",
+    )
+    parser.add_argument(
         "--warmup",
         help="WxHxF sizes to run before serving, comma-separated ('' for none; default on a GPU: 256p and 480p 16:9, 33 frames)",
     )
@@ -113,6 +127,8 @@ def _serve(settings: EngineSettings, log: logging.Logger) -> int:
             compile_mode=settings.compile_mode,
             attention_backend=settings.attention_backend,
             cuda_graphs=settings.cuda_graphs,
+            fused_kernels=settings.fused_kernels,
+            tune_kernels=settings.tune_kernels,
             text_cache_size=settings.text_cache_size,
         )
         runner.load()

@@ -3,7 +3,8 @@
 Wan-style pipelines (a text encoder, one transformer, a scheduler and a VAE) run through the engine's own
 denoising loop: several requests of one shape share each transformer call (with the conditional and
 unconditional halves of classifier-free guidance in the same batch), text embeddings are cached, and on a
-GPU the transformer's blocks are compiled for static shapes (a batch is padded up to the next of a few batch
+GPU the engine's own kernels go into a Wan transformer (studio.engine.kernels, once a forward with them matches
+one without), the transformer's blocks are compiled for static shapes (a batch is padded up to the next of a few batch
 sizes), warmed at start-up and then captured as CUDA graphs, one per shape; the VAE decodes one latent frame at
 a time and hands the frames over for encoding as it goes; and everything that runs the model runs on one
 device thread. Any other pipeline runs through its plain `__call__`, one request at a time.
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 DECODE_PIXEL_BUDGET = 8 * 33 * 320 * 192
 # Steps of a warm-up run: enough for the scheduler's second-order updates to run once.
 WARMUP_STEPS = 4
+# The engine's kernels change only the order of a few roundings: a forward with them must match the plain one to
+# within this share of its largest output value.
+MAX_KERNEL_DIFFERENCE = 0.02
 
 
 class GenerationCancelled(Exception):
@@ -137,6 +141,8 @@ class PipelineRunner:
         attention_backend: str = "auto",
         text_cache_size: int = 64,
         cuda_graphs: bool = True,
+        fused_kernels: bool = True,
+        tune_kernels: bool = True,
     ):
         self.model = model
         self.device = resolve_device(device)
@@ -157,6 +163,10 @@ class PipelineRunner:
         self.text_cache_size = text_cache_size
         self.cuda_graphs = cuda_graphs and self.device == "cuda"
         self.graphs: GraphedForward | None = None  # the transformer's forward, replayed as CUDA graphs
+        self.fused_kernels = fused_kernels and self.device == "cuda"
+        self.kernels: dict[str, int] = {}  # the engine's kernels put into the transformer, by kind
+        self.tune_kernels = tune_kernels and self.device == "cuda"
+        self._installed_kernels: Any = None
         self.pipe: Any = None
         self.call_parameters: set[str] = set()
         self.size_multiple = 16
@@ -268,6 +278,8 @@ class PipelineRunner:
         if backend and backend != "default" and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend(backend)
             self.attention_backend = backend
+        if self.fused_kernels:
+            self._install_kernels()
         if self.cuda_graphs:
             self.graphs = GraphedForward(self._transformer_forward)
         if self.compile == "off":
@@ -275,6 +287,11 @@ class PipelineRunner:
         import torch._dynamo
 
         torch._dynamo.config.automatic_dynamic_shapes = False
+        if self.tune_kernels:
+            import torch._inductor.config
+
+            # Each fused kernel's block sizes are timed when it compiles: a longer warm-up, slightly faster kernels.
+            torch._inductor.config.coordinate_descent_tuning = True
         for name in ("recompile_limit", "cache_size_limit"):  # one graph per (size, bucket)
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
@@ -283,6 +300,33 @@ class PipelineRunner:
         else:
             self.pipe.transformer = torch.compile(transformer, mode=self.compile_mode)
         self.static_shapes = True
+
+    def _install_kernels(self) -> None:
+        """Put the engine's kernels (studio.engine.kernels) into the transformer, if one forward on a small
+        input with them matches the forward without them; else leave it as it was."""
+        from studio.engine import kernels
+
+        sdpa = {None: "default", "_native_cudnn": "cudnn", "_native_flash": "flash", "_native_efficient": "efficient"}
+        if type(self.pipe.transformer).__name__ != "WanTransformer3DModel" or self.attention_backend not in sdpa:
+            return
+        transformer = self.pipe.transformer
+        inputs = _small_transformer_inputs(transformer, self.device)
+        installed = None
+        try:
+            with torch.inference_mode():
+                expected = transformer(**inputs, return_dict=False)[0].float()
+                installed = kernels.install(transformer, sdpa[self.attention_backend])
+                actual = transformer(**inputs, return_dict=False)[0].float()
+            difference = ((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-6)).item()
+            if not difference <= MAX_KERNEL_DIFFERENCE:
+                raise RuntimeError(f"the forward with them differs by {difference:.2%} of its range")
+        except Exception as exc:  # the transformer serves as diffusers wrote it
+            log.warning("the engine's kernels are not used (%s: %s)", type(exc).__name__, exc)
+            if installed is not None:
+                installed.undo()
+            return
+        self.kernels, self._installed_kernels = installed.counts, installed
+        log.info("the engine's kernels: %s (forward within %.3f%% of the plain one)", self.kernels, 100 * difference)
 
     def _fastest_attention_backend(self) -> str:
         """Time torch's fused attention kernels on this GPU at the transformer's head size and a 480p-sized
@@ -741,6 +785,9 @@ class PipelineRunner:
         for module in transformer.modules():
             if getattr(module, "_compiled_call_impl", None) is not None:
                 module._compiled_call_impl = None
+        if self._installed_kernels is not None:
+            self._installed_kernels.undo()
+            self.kernels, self._installed_kernels = {}, None
         if self.attention_backend is not None and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend("native")
         self.compile, self.attention_backend = "off", None
@@ -790,6 +837,19 @@ def _conv_weights_channels_last(module: torch.nn.Module, channels_last: bool) ->
             conv.weight.data = conv.weight.data.contiguous(
                 memory_format=layout if channels_last else torch.contiguous_format
             )
+
+
+def _small_transformer_inputs(transformer: Any, device: str) -> dict[str, torch.Tensor]:
+    """A random input for one forward of a Wan transformer: 2 samples of 2 latent frames of 16x16, 16 text
+    tokens (the kernels run at the model's own widths, so this checks them at little cost)."""
+    config = transformer.config
+    generator = torch.Generator(device=device).manual_seed(0)
+    dtype = transformer.dtype
+    return {
+        "hidden_states": torch.randn(2, config.in_channels, 2, 16, 16, generator=generator, device=device).to(dtype),
+        "timestep": torch.tensor([250.0, 750.0], device=device),
+        "encoder_hidden_states": torch.randn(2, 16, config.text_dim, generator=generator, device=device).to(dtype),
+    }
 
 
 def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:

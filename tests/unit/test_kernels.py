@@ -1,0 +1,152 @@
+"""The engine's kernel substitutions in a Wan transformer (studio.engine.kernels). Off a GPU each op runs its
+plain torch arithmetic, so here they must give diffusers' own results; the Triton and cuBLASLt paths are
+checked against the same arithmetic on the GPU (benchmarks/profile_gpu.py) and by the engine before it serves."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import WanTransformer3DModel
+
+from studio.engine import kernels
+from studio.engine.pipeline import PipelineRunner
+
+TINY_WAN_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-wan"
+
+TINY_CONFIG = {
+    "patch_size": [1, 2, 2],
+    "num_attention_heads": 2,
+    "attention_head_dim": 12,
+    "in_channels": 4,
+    "out_channels": 4,
+    "text_dim": 16,
+    "freq_dim": 32,
+    "ffn_dim": 40,
+    "num_layers": 2,
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "eps": 1e-6,
+    "rope_max_seq_len": 64,
+}
+
+
+def tiny_transformer() -> WanTransformer3DModel:
+    torch.manual_seed(0)
+    model = WanTransformer3DModel(**TINY_CONFIG).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.2)  # far from the initial values, so every weight matters
+    model.fuse_qkv_projections()
+    return model
+
+
+def forward(model: WanTransformer3DModel) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 4, 3, 8, 8, generator=generator)
+    context = torch.randn(2, 7, 16, generator=generator)
+    with torch.inference_mode():
+        return model(x, torch.tensor([300.0, 700.0]), context, return_dict=False)[0]
+
+
+def test_the_kernels_keep_the_transformers_arithmetic_and_come_out_again() -> None:
+    model = tiny_transformer()
+    plain = forward(model)
+    processors = [m.processor for m in model.modules() if type(m).__name__ == "WanAttention"]
+    installed = kernels.install(model, "default")
+    assert installed.counts == {"attention": 4, "ffn_gelu": 2}  # self- and cross-attention, one FFN per block
+    assert all(isinstance(m.processor, kernels.EngineWanAttnProcessor) for m in model.modules() if hasattr(m, "to_kv"))
+    torch.testing.assert_close(forward(model), plain, rtol=1e-5, atol=1e-5)
+    installed.undo()
+    assert [m.processor for m in model.modules() if type(m).__name__ == "WanAttention"] == processors
+    assert torch.equal(forward(model), plain)
+
+
+def test_attention_without_fused_projections_is_left_alone() -> None:
+    torch.manual_seed(0)
+    model = WanTransformer3DModel(**TINY_CONFIG).eval()  # q/k/v not fused: the processor would not apply
+    installed = kernels.install(model, "default")
+    assert installed.counts == {"attention": 0, "ffn_gelu": 2}
+
+
+def test_linear_gelu_is_the_tanh_form() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = torch.randn(3, 5, 16, generator=generator), torch.randn(32, 16), torch.randn(32)
+    linear = torch.nn.functional.linear(x, weight, bias)
+    out = kernels.linear_gelu_tanh(x, weight, bias)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(linear, approximate="tanh"))
+    assert not torch.allclose(out, torch.nn.functional.gelu(linear), atol=1e-5)  # not the erf form
+
+
+def test_attention_bnhd_is_sdpa_in_token_major_order() -> None:
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 3, 8, generator=generator) for n in (10, 6, 6))
+    out = kernels.attention_bnhd(q, k, v, "math")
+    expected = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    assert out.is_contiguous() and out.shape == (2, 10, 3, 8)
+    torch.testing.assert_close(out, expected.transpose(1, 2))
+
+
+def test_the_ops_fake_shapes_and_strides_match_their_results() -> None:
+    # The compiler lays out what follows each op from its fake result: a stride that differs from the real
+    # result would make the compiled kernels read the wrong elements.
+    generator = torch.Generator().manual_seed(0)
+    qkv = torch.randn(2, 6, 3 * 24, generator=generator)
+    q, k, v = qkv.chunk(3, dim=-1)
+    cos, sin = torch.randn(6, 12, generator=generator), torch.randn(6, 12, generator=generator)
+    torch.library.opcheck(kernels.qk_norm_rope, (q, k, torch.rand(24) + 0.5, torch.rand(24) + 0.5, cos, sin, 1e-6, 2))
+    torch.library.opcheck(
+        kernels.attention_bnhd, (q.unflatten(2, (2, -1)), k.unflatten(2, (2, -1)), v.unflatten(2, (2, -1)), "math")
+    )
+    torch.library.opcheck(kernels.linear_gelu_tanh, (q, torch.randn(40, 24), torch.randn(40)))
+
+
+@pytest.fixture(scope="module")
+def runner() -> PipelineRunner:
+    runner = PipelineRunner(str(TINY_WAN_DIR), device="cpu", threads=1)
+    runner.load()
+    runner.pipe.transformer.fuse_qkv_projections()  # as the engine does on a GPU before it installs them
+    return runner
+
+
+def test_the_engine_installs_kernels_that_match_the_plain_forward(runner: PipelineRunner) -> None:
+    runner._install_kernels()
+    try:
+        assert runner.kernels["attention"] > 0 and runner.kernels["ffn_gelu"] > 0
+    finally:
+        runner._installed_kernels.undo()
+        runner.kernels, runner._installed_kernels = {}, None
+
+
+def test_the_engine_refuses_kernels_that_change_the_forward(
+    runner: PipelineRunner, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    reference = kernels.qk_norm_rope_reference
+
+    def rotated_wrong(q, k, *args):  # type: ignore[no-untyped-def]
+        rq, rk = reference(q, k, *args)
+        return rq.flip(1), rk  # tokens out of order: the attention then mixes the wrong positions
+
+    monkeypatch.setattr(kernels, "qk_norm_rope_reference", rotated_wrong)
+    transformer = runner.pipe.transformer
+    processors = [m.processor for m in transformer.modules() if type(m).__name__ == "WanAttention"]
+    with caplog.at_level(logging.WARNING, logger="studio.engine.pipeline"):
+        runner._install_kernels()
+    assert runner.kernels == {} and runner._installed_kernels is None
+    assert [m.processor for m in transformer.modules() if type(m).__name__ == "WanAttention"] == processors
+    assert "not used" in caplog.text and "differs" in caplog.text
+
+
+def test_the_engine_flags_turn_the_kernels_and_their_tuning_off() -> None:
+    from studio.config import EngineSettings
+    from studio.engine.__main__ import build_parser
+
+    def settings(*argv: str) -> EngineSettings:
+        args = build_parser().parse_args(list(argv))
+        return EngineSettings(**{k: v for k, v in vars(args).items() if v is not None})
+
+    assert settings().fused_kernels and settings().tune_kernels
+    off = settings("--no-fused-kernels", "--no-tune-kernels")
+    assert not off.fused_kernels and not off.tune_kernels
