@@ -255,7 +255,8 @@ class EngineWanAttnProcessor:
         attention_mask: torch.Tensor | None = None,
         rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        if not _handles(attn, attention_mask):
+        rotate = rotary_emb is not None
+        if not _handles(attn, attention_mask) or (rotate and attn.norm_k.eps != attn.norm_q.eps):
             return self.replaced(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
         heads = attn.heads
         if encoder_hidden_states is None:
@@ -263,14 +264,12 @@ class EngineWanAttnProcessor:
         else:
             q = attn.to_q(hidden_states)
             k, v = attn.to_kv(encoder_hidden_states).chunk(2, dim=-1)
-        if rotary_emb is not None and attn.norm_q.eps is not None and attn.norm_k.eps == attn.norm_q.eps:
+        if rotate:
             cos, sin = (f.reshape(f.shape[-3], f.shape[-1]) for f in rotary_emb)
             q, k = qk_norm_rope(q, k, attn.norm_q.weight, attn.norm_k.weight, cos, sin, attn.norm_q.eps, heads)
-        elif rotary_emb is None:
+        else:
             q = attn.norm_q(q).unflatten(2, (heads, -1))
             k = attn.norm_k(k).unflatten(2, (heads, -1))
-        else:
-            return self.replaced(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
         out = attention_bnhd(q, k, v.unflatten(2, (heads, -1)), self.backend)
         out = out.flatten(2, 3).type_as(q)
         return attn.to_out[1](attn.to_out[0](out))
@@ -285,6 +284,7 @@ def _handles(attn: Any, attention_mask: torch.Tensor | None) -> bool:
         and isinstance(getattr(attn, "norm_k", None), torch.nn.RMSNorm)
         and attn.norm_q.weight is not None
         and attn.norm_k.weight is not None
+        and attn.norm_q.eps is not None
     )
 
 
