@@ -459,8 +459,8 @@ def run_replicas(args: argparse.Namespace) -> int:
     import httpx
 
     from studio.backend.client import VideoClient
-    from studio.backend.protocol import VideoRequest
     from studio.backend.router import Endpoint, EndpointPool
+    from studio.protocol import VideoRequest
 
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     out_file = args.out / "replicas.json"

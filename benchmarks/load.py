@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from studio.backend.launchers import embedded_launch  # noqa: E402
 from studio.backend.router import EndpointPool  # noqa: E402
-from studio.backend.runner import RequestState, Run, RunSpec  # noqa: E402
-from studio.backend.server import ManagedServer  # noqa: E402
+from studio.backend.runs import RequestState, Run, RunSpec  # noqa: E402
 from studio.backend.store import OutputStore  # noqa: E402
+from studio.backend.supervisor import ManagedServer  # noqa: E402
 from studio.config import StudioSettings  # noqa: E402
 
 

@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from studio.backend.launchers import embedded_launch  # noqa: E402
 from studio.backend.router import EndpointPool  # noqa: E402
-from studio.backend.runner import RequestState, Run, RunSpec  # noqa: E402
-from studio.backend.server import ManagedServer  # noqa: E402
+from studio.backend.runs import RequestState, Run, RunSpec  # noqa: E402
 from studio.backend.store import OutputStore  # noqa: E402
+from studio.backend.supervisor import ManagedServer  # noqa: E402
 from studio.config import DEFAULT_MODEL_DIR, StudioSettings  # noqa: E402
 
 POLL_S = 0.25

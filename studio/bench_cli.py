@@ -8,9 +8,9 @@ import asyncio
 from rich.console import Console
 from rich.table import Table
 
+from studio.backend.bench import BenchConfig, check_tiers, parse_guardrails, parse_list, run_bench
 from studio.backend.launchers import LaunchError
-from studio.backend.server import ServerStartError
-from studio.bench import BenchConfig, check_tiers, parse_guardrails, parse_list, run_bench
+from studio.backend.supervisor import ServerStartError
 from studio.config import StudioSettings
 from studio.tiers import TierError, normalize_frames
 

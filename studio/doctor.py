@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.backend.launchers import LaunchError, find_vllm
-from studio.backend.server import port_is_free
+from studio.backend.supervisor import port_is_free
 from studio.config import StudioSettings
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from studio.backend.launchers import LaunchError
-from studio.backend.server import ManagedServer, ServerStartError, managed_server_for
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer, ServerStartError, managed_server_for
 from studio.config import StudioSettings
 from studio.startup import collector_paused
 from studio.tiers import TierError

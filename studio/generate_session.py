@@ -11,10 +11,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from studio.backend.client import ClientError, load_sdk
 from studio.backend.controller import StudioController
-from studio.backend.runner import RequestState
-from studio.backend.server import ManagedServer, ServerStartError
+from studio.backend.runs import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer, ServerStartError
 from studio.config import StudioSettings
 
 

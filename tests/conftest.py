@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from studio.backend.launchers import embedded_launch
-from studio.backend.server import ManagedServer
+from studio.backend.supervisor import ManagedServer
 from studio.config import DEFAULT_MODEL_DIR, TINY_WAN_DIR, StudioSettings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

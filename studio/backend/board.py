@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from studio.backend.runner import RequestState, RequestView, Run
+from studio.backend.runs import RequestState, RequestView, Run
 from studio.backend.stats import LatencySummary, summarize
 
 

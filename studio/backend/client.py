@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from studio.backend.http import async_client, tls_context
-from studio.backend.protocol import (
+from studio.protocol import (
     JobRecord,
     JobStatus,
     VideoRequest,

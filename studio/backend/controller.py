@@ -15,9 +15,9 @@ from studio import tiers
 from studio.backend.board import RequestBoard
 from studio.backend.client import server_root
 from studio.backend.router import EndpointPool
-from studio.backend.runner import Run, RunSpec
-from studio.backend.server import ManagedServer, ServerState, ServerStatus, managed_server_for
+from studio.backend.runs import Run, RunSpec
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus, managed_server_for
 from studio.config import StudioSettings
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from studio import tiers
-from studio.backend.protocol import MAX_PROMPT_CHARS, VideoRequest
+from studio.protocol import MAX_PROMPT_CHARS, VideoRequest
 
 MAX_SEED = 2**32 - 1
 

@@ -22,10 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from studio.backend.protocol import MAX_PROMPT_CHARS
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
 from studio.engine.pipeline import GenerationParams
+from studio.protocol import MAX_PROMPT_CHARS
 
 SIZE_PATTERN = re.compile(r"^\d+x\d+$")
 SECONDS_PATTERN = re.compile(r"^[1-9]\d*$")

@@ -1,5 +1,5 @@
 """The page's Bench view: the cells of `omni-studio bench` (tier x guardrails x concurrency), run by the same
-engine (studio.bench.bench_pool) on the studio's own endpoints, with progress while it runs and the report,
+engine (studio.backend.bench.bench_pool) on the studio's own endpoints, with progress while it runs and the report,
 table, recommendation and plots at the end. No gradio here: page.py lays it out.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from studio import tiers
+from studio.backend.bench import BenchConfig, bench_pool, cell_grid, check_tiers, parse_list
 from studio.backend.controller import StudioController
-from studio.bench import BenchConfig, bench_pool, cell_grid, check_tiers, parse_list
 
 BENCH_HEADERS = [
     "tier",

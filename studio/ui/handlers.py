@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from studio import plots
 from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
-from studio.backend.runner import RequestState, RequestView, RunSpec
+from studio.backend.runs import RequestState, RequestView, RunSpec
 from studio.backend.stats import LatencySummary
 from studio.tiers import TierError
 

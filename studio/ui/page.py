@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from studio import tiers
 from studio.backend.controller import StudioController
-from studio.backend.server import ServerState
 from studio.backend.server_metrics import scrape
+from studio.backend.supervisor import ServerState
 from studio.config import StudioSettings
 from studio.doctor import collect_report
 from studio.ui import bench_view, handlers

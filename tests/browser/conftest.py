@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from studio.backend.server import free_port
+from studio.backend.supervisor import free_port
 
 CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -10,9 +10,9 @@ import pytest
 
 from studio.backend.launchers import LaunchSpec
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, Run, RunSpec
-from studio.backend.server import ManagedServer
+from studio.backend.runs import RequestState, Run, RunSpec
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer
 
 pytestmark = pytest.mark.integration
 

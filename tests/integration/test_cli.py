@@ -95,7 +95,7 @@ def test_generate_starts_the_engine_before_importing_the_rest_of_the_studio():
     """The engine's start is mostly its own imports: `generate` overlaps it with the studio's by starting the
     engine from a module that imports none of the heavy parts (array, video and HTTP SDK libraries, the
     run machinery, the progress display)."""
-    heavy = ["numpy", "av", "openai", "rich", "studio.backend.runner", "studio.backend.controller"]
+    heavy = ["numpy", "av", "openai", "rich", "studio.backend.runs", "studio.backend.controller"]
     code = (
         "import sys, json; import studio.cli, studio.generate; "
         f"print(json.dumps([name for name in {heavy!r} if name in sys.modules]))"

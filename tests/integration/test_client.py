@@ -8,11 +8,11 @@ import time
 import pytest
 
 from studio.backend.client import VideoClient
-from studio.backend.protocol import JobStatus, VideoRequest
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, Run, RunSpec
+from studio.backend.runs import RequestState, Run, RunSpec
 from studio.backend.store import OutputStore
 from studio.media import probe_mp4
+from studio.protocol import JobStatus, VideoRequest
 
 pytestmark = pytest.mark.integration
 

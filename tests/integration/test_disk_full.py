@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, Run, RunSpec
+from studio.backend.runs import RequestState, Run, RunSpec
 from studio.backend.store import OutputStore
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ import pytest
 
 from studio.backend.launchers import embedded_launch
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, Run, RunSpec
-from studio.backend.server import ManagedServer, ServerStartError, ServerState
+from studio.backend.runs import RequestState, Run, RunSpec
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState
 from tests.conftest import engine_settings, start_engine
 
 pytestmark = pytest.mark.integration

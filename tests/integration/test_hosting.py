@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from studio.backend.server import free_port
+from studio.backend.supervisor import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):
 def test_sigterm_stops_the_managed_engine_too(tmp_path):
     import re
 
-    from studio.backend.server import port_is_free
+    from studio.backend.supervisor import port_is_free
     from tests.browser.conftest import start_studio
 
     studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")

@@ -14,8 +14,8 @@ import pytest
 
 from studio.backend.controller import StudioController
 from studio.backend.launchers import embedded_launch
-from studio.backend.runner import RequestState, RunSpec
-from studio.backend.server import ManagedServer, ServerStartError, ServerState, group_members
+from studio.backend.runs import RequestState, RunSpec
+from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState, group_members
 from tests.conftest import engine_settings
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, Run, RunSpec
+from studio.backend.runs import RequestState, Run, RunSpec
 from studio.backend.store import OutputStore
 from tests.conftest import start_engine
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.runner import RequestState
+from studio.backend.runs import RequestState
 from studio.ui import handlers
 from tests.conftest import MODEL_NAME, engine_settings
 

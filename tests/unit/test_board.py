@@ -4,8 +4,8 @@ import time
 
 from studio.backend.board import RequestBoard
 from studio.backend.client import RequestTimings
-from studio.backend.protocol import VideoRequest
-from studio.backend.runner import RequestState, RequestView
+from studio.backend.runs import RequestState, RequestView
+from studio.protocol import VideoRequest
 
 
 def view(state: RequestState, first_running: float | None = None, inference: float | None = None) -> RequestView:

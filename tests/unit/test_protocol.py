@@ -3,7 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from studio.backend.protocol import (
+from studio.protocol import (
     JobStatus,
     VideoRequest,
     error_message,

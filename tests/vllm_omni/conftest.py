@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from studio.backend.launchers import vllm_omni_launch
-from studio.backend.server import ManagedServer
+from studio.backend.supervisor import ManagedServer
 from studio.config import StudioSettings
 from tests.conftest import WAN_DIR
 

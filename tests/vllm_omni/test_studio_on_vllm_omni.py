@@ -17,13 +17,13 @@ import pytest
 
 from studio.backend.client import RequestRejected, VideoClient
 from studio.backend.controller import StudioController
-from studio.backend.protocol import VideoRequest, error_message
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, Run, RunSpec
-from studio.backend.server import ServerStartError, ServerState, group_members
+from studio.backend.runs import RequestState, Run, RunSpec
 from studio.backend.server_metrics import scrape
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ServerStartError, ServerState, group_members
 from studio.media import probe_mp4
+from studio.protocol import VideoRequest, error_message
 from tests.conftest import WAN_DIR
 from tests.vllm_omni.conftest import API_KEY, VLLM, start_vllm, vllm_settings
 

@@ -26,11 +26,11 @@ from studio import plots, tiers
 from studio.backend.client import server_root
 from studio.backend.launchers import embedded_launch, parse_gpus, vllm_omni_launch, world_size
 from studio.backend.router import EndpointPool
-from studio.backend.runner import RequestState, RequestView, Run, RunSpec
-from studio.backend.server import ManagedServer
+from studio.backend.runs import RequestState, RequestView, Run, RunSpec
 from studio.backend.server_metrics import scrape
 from studio.backend.stats import LatencySummary, summarize
 from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer
 from studio.config import StudioSettings
 
 DEFAULT_PROMPTS = [

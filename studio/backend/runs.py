@@ -18,12 +18,12 @@ from typing import Any
 
 from studio import tiers
 from studio.backend.client import ClientError, JobOutcome, RequestRejected, RequestTimings, ServerUnreachable
-from studio.backend.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
 from studio.backend.router import EndpointPool, NoEndpointError
 from studio.backend.spec import RunSpec
 from studio.backend.stats import RequestSample
 from studio.backend.store import OutputStore
 from studio.media import VideoError, probe_mp4
+from studio.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
 
 
 class RequestState(StrEnum):
