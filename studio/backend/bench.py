@@ -1,9 +1,9 @@
-"""`omni-studio bench`: the same run engine as the page, headless, over a grid of cells.
+"""The bench: the same run engine as the page, over a grid of cells (`omni-studio bench` and the page's Bench view).
 
 A cell is one (tier, guardrails, concurrency) setting. Each cell sends its warm-up requests (not counted),
 then its measured requests: closed loop (at most `concurrency` in flight) or open loop (Poisson arrivals at
 `request_rate`). Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a
-recommendation printed last.
+recommendation printed last. The form (BenchConfig, parse_bench_config) is studio/backend/bench_config.py.
 """
 
 from __future__ import annotations
@@ -15,46 +15,26 @@ import platform
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from studio import plots, tiers
+from studio import plots
+from studio.backend.bench_config import BenchConfig
 from studio.backend.client import server_root
 from studio.backend.launchers import embedded_launch, parse_gpus, vllm_omni_launch, world_size
+from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, RequestView, Run, RunSpec
+from studio.backend.runs import Run
 from studio.backend.server_metrics import scrape
+from studio.backend.spec import MAX_CONCURRENCY, RunSpec
 from studio.backend.stats import LatencySummary, summarize
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer
 from studio.config import StudioSettings
-
-DEFAULT_PROMPTS = [
-    "a red circle moving left on a white background",
-    "two blue squares moving up on black",
-    "a yellow triangle moving right on a gray background",
-    "a green circle moving down on a white background",
-]
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    requests: int
-    concurrencies: list[int]
-    tiers: list[str]
-    aspect: str = "16:9"
-    frames: int | None = None
-    steps: int | None = None
-    guardrails: list[bool] = field(default_factory=lambda: [True])
-    request_rate: float | None = None  # requests per second; None = closed loop
-    warmup: int = 1
-    slo_s: float | None = None
-    prompts: list[str] = field(default_factory=lambda: list(DEFAULT_PROMPTS))
-    seed: int = 0
 
 
 @dataclass
@@ -184,7 +164,7 @@ async def run_cell(
         )
         await warm.wait()
     arrivals = poisson_arrivals(len(prompts), config.request_rate, rng) if config.request_rate else None
-    cap = 256 if config.request_rate else concurrency
+    cap = MAX_CONCURRENCY if config.request_rate else concurrency
     run = Run(
         RunSpec(prompts=prompts, concurrency=cap, **spec_args),
         pool,
@@ -251,7 +231,7 @@ def request_rows(cells: list[CellResult]) -> list[dict[str, Any]]:
                     "guardrails": cell.guardrails,
                     "concurrency": cell.concurrency,
                     "endpoints": cell.endpoints,
-                    **view.summary(),
+                    **view.as_record(),
                 }
             )
     return rows
@@ -347,7 +327,7 @@ async def bench_pool(
     summary_rows = [cell.row() for cell in cells]
     report = {
         "config": {
-            **config.__dict__,
+            **config.model_dump(),
             "replicas": replicas,
             "engine": settings.engine,
             "model": settings.model,
@@ -419,23 +399,3 @@ async def run_bench(
         for server in servers:
             server.stop()
         store.close()
-
-
-def parse_list(text: str, kind: type = str) -> list:
-    return [kind(part.strip()) for part in text.split(",") if part.strip()]
-
-
-def parse_guardrails(text: str) -> list[bool]:
-    values = []
-    for part in parse_list(text):
-        if part.lower() not in ("on", "off"):
-            raise ValueError(f"--guardrails takes on,off; got {part!r}")
-        values.append(part.lower() == "on")
-    return values
-
-
-def check_tiers(names: list[str]) -> list[str]:
-    for name in names:
-        if name not in tiers.TIERS:
-            raise ValueError(f"unknown tier {name!r}; choose from {', '.join(tiers.TIERS)}")
-    return names

@@ -10,7 +10,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from studio.backend.runs import RequestState, RequestView, Run
+from studio.backend.request_state import RequestState, RequestView
+from studio.backend.runs import Run
 from studio.backend.stats import LatencySummary, summarize
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from studio.backend.http import async_client, tls_context
 from studio.protocol import (
@@ -259,26 +260,10 @@ class VideoClient:
         kwargs: dict[str, Any] = {"prompt": prompt, "extra_body": fields}
         if reference is not None:
             kwargs["input_reference"] = (Path(reference).name, Path(reference).read_bytes())
-        try:
-            raw = await sdk.videos.with_raw_response.create(**kwargs)
-            return self._record(raw.http_response)
-        except openai.APIStatusError as exc:
-            return self._job_or_raise(exc)
-        except openai.APITimeoutError as exc:
-            raise ClientError(f"{self.base_url} did not answer the create call in time: {exc}") from exc
-        except openai.APIConnectionError as exc:
-            raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
+        return await self._job_answer(sdk.videos.with_raw_response.create(**kwargs), "create")
 
     async def retrieve(self, job_id: str) -> JobRecord:
-        try:
-            raw = await self._sdk.videos.with_raw_response.retrieve(job_id)
-            return self._record(raw.http_response)
-        except openai.APIStatusError as exc:
-            return self._job_or_raise(exc)
-        except openai.APITimeoutError as exc:
-            raise ClientError(f"{self.base_url} did not answer in time: {exc}") from exc
-        except openai.APIConnectionError as exc:
-            raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
+        return await self._job_answer(self._sdk.videos.with_raw_response.retrieve(job_id), "retrieve")
 
     async def download(self, job_id: str, dest: Path) -> int:
         """Stream the mp4 to dest (via a .part file, renamed when whole). Returns its size in bytes."""
@@ -398,27 +383,36 @@ class VideoClient:
             await self.cancel(job_id)
 
     # ---- errors ------------------------------------------------------------------------------------
+    async def _job_answer(self, call: Awaitable[Any], name: str) -> JobRecord:
+        """The job record a create or retrieve call answers, a failed job's included."""
+        try:
+            raw = await call
+            return self._record(raw.http_response)
+        except openai.APIStatusError as exc:
+            return self._job_or_raise(exc)
+        except openai.APITimeoutError as exc:
+            raise ClientError(f"{self.base_url} did not answer the {name} call in time: {exc}") from exc
+        except openai.APIConnectionError as exc:
+            raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
+
     def _record(self, response: httpx.Response) -> JobRecord:
         try:
-            return JobRecord.model_validate(response.json())
-        except ValueError as exc:  # not JSON, or JSON that is no job record
+            return JobRecord.model_validate_json(response.content)
+        except ValidationError as exc:  # not JSON, or JSON that is no job record
             raise ClientError(
                 f"{self.base_url} answered with something that is not a job record "
                 f"(HTTP {response.status_code}): {response.text[:200]!r}"
             ) from exc
 
     @staticmethod
-    def _body(exc: openai.APIStatusError) -> Any:
-        try:
-            return exc.response.json()
-        except ValueError:
-            return exc.response.text
-
-    def _message(self, exc: openai.APIStatusError) -> str:
-        return error_message(self._body(exc), fallback=f"HTTP {exc.status_code}")
+    def _message(exc: openai.APIStatusError) -> str:
+        """The server's own words. The SDK has already read the body and taken the error object out of vLLM's
+        envelope (`.body`); its `.message` adds an "Error code" prefix the studio's messages do not want."""
+        return error_message(exc.body, fallback=f"HTTP {exc.status_code}")
 
     def _job_or_raise(self, exc: openai.APIStatusError) -> JobRecord:
-        record = job_record_from_body(self._body(exc))
+        # A failed job comes as the whole body with the job's error code; the SDK's `.body` keeps only its `error`.
+        record = job_record_from_body(exc.response.content)
         if record is not None:
             return record
         raise RequestRejected(f"HTTP {exc.status_code}: {self._message(exc)}", exc.status_code) from exc

@@ -4,18 +4,21 @@ endpoint pool, the output store and the runs. The CLI and the page both drive th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections import deque
 from pathlib import Path
 
+from tenacity import AsyncRetrying, retry_if_result, wait_fixed
+
 from studio import tiers
 from studio.backend.board import RequestBoard
 from studio.backend.client import server_root
+from studio.backend.recovery import leftovers_to_follow
 from studio.backend.router import EndpointPool
-from studio.backend.runs import Run, RunSpec
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus, managed_server_for
 from studio.config import StudioSettings
@@ -44,7 +47,7 @@ class StudioController:
         self.start_error: str | None = None
         lost = self.store.mark_unfinished_lost()
         if lost:
-            log.warning("%d requests of an earlier session never reached a server; marked lost", lost)
+            log.warning("%d requests of an earlier studio never reached a server; marked lost", lost)
         self._resumed = False
         self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
         self.auto_restart_note: str | None = None  # the last auto-restart, for the page
@@ -167,8 +170,8 @@ class StudioController:
     async def wait_until_ready(self, poll_s: float = 0.5) -> None:
         """Start if needed and wait while the engine starts; returns when ready or when starting failed."""
         self.start_in_background()
-        while self.starting:
-            await asyncio.sleep(poll_s)
+        waiting = AsyncRetrying(retry=retry_if_result(lambda starting: starting), wait=wait_fixed(poll_s))
+        await waiting(lambda: self.starting)
 
     def ready(self) -> bool:
         if not self.managed:
@@ -196,25 +199,15 @@ class StudioController:
         if self._resumed:
             return 0
         self._resumed = True
-        rows = self.store.resumable()
-        if not rows:
+        leftovers = await leftovers_to_follow(self.store, **self._client_options())
+        if leftovers is None:
             return 0
-        urls = sorted({row["endpoint"] for row in rows if row["endpoint"]})
-        pool = EndpointPool.from_urls(urls, **self._client_options())
-        await pool.check_health()
-        alive = {ep.url for ep in pool.endpoints if ep.healthy}
-        for row in rows:
-            if row["endpoint"] not in alive:
-                self.store.update_request(
-                    row["id"], state="lost", error=f"the studio restarted and the server {row['endpoint']} is gone"
-                )
-        keep = [row for row in rows if row["endpoint"] in alive]
-        if keep:
-            run = Run.resume(keep, pool, self.store, request_timeout_s=self.settings.request_timeout_s)
+        pool, rows = leftovers
+        if rows:
+            run = Run.resume(rows, pool, self.store, request_timeout_s=self.settings.request_timeout_s)
             self.board.add_run(run)
             run.start()
-        log.info("following up %d requests of an earlier session; %d lost", len(keep), len(rows) - len(keep))
-        return len(keep)
+        return len(rows)
 
     def _server_exited(self, server: ManagedServer) -> None:
         """Called from the server's exit watcher when it dies on its own."""

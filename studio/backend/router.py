@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
+from enum import Enum
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_fixed
 
 from studio.backend.client import VideoClient
 
@@ -31,6 +33,13 @@ class Endpoint:
 
 class NoEndpointError(RuntimeError):
     pass
+
+
+class _Absent(Enum):
+    """Why an endpoint waited for is not back yet."""
+
+    RESTARTING = "restarting"
+    SILENT = "silent"  # not restarting, and not answering its health check
 
 
 log = logging.getLogger(__name__)
@@ -96,19 +105,29 @@ class EndpointPool:
         An endpoint that is neither restarting nor answering its health check after `grace_s` (the moment a
         server's exit watcher needs to notice a crash) is given up on. Returns the endpoint back, or None."""
         watched = endpoints or self.endpoints
-        started = time.monotonic()
-        while time.monotonic() - started < timeout_s:
+
+        async def back() -> Endpoint | _Absent:
             if any(ep.restarting for ep in watched):
-                await asyncio.sleep(0.25)
-                continue
+                return _Absent.RESTARTING  # nothing to ask: the restart says when it is over
             for endpoint in watched:
                 if endpoint.healthy or await endpoint.client.healthy(timeout_s=2.0):
                     endpoint.healthy = True
                     return endpoint
-            if time.monotonic() - started > grace_s:
-                return None
-            await asyncio.sleep(0.25)
-        return None
+            return _Absent.SILENT
+
+        def given_up(poll: RetryCallState) -> bool:
+            assert poll.outcome is not None and poll.seconds_since_start is not None
+            silent = not poll.outcome.failed and poll.outcome.result() is _Absent.SILENT
+            return silent and poll.seconds_since_start > grace_s
+
+        waiting = AsyncRetrying(
+            retry=retry_if_result(lambda found: isinstance(found, _Absent)),
+            wait=wait_fixed(0.25),
+            stop=stop_after_delay(timeout_s) | given_up,
+            retry_error_callback=lambda _: None,
+        )
+        found = await waiting(back)
+        return found if isinstance(found, Endpoint) else None
 
     async def check_health(self) -> None:
         """Probe every endpoint's /health: a failing one is skipped, a recovered one comes back."""

@@ -11,9 +11,11 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from studio import tiers
-from studio.protocol import MAX_PROMPT_CHARS, VideoRequest
+from studio.protocol import MAX_PROMPT_CHARS, GuidanceScale, InferenceSteps, VideoRequest
 
+# Seeds the studio draws and accepts: 32 bits, which every pipeline's generator takes (the wire allows 63).
 MAX_SEED = 2**32 - 1
+MAX_CONCURRENCY = 256  # requests of one run in flight at once
 
 
 class SeedPolicy(StrEnum):
@@ -31,14 +33,14 @@ class RunSpec(BaseModel):
     aspect: str = "16:9"
     frames: int | None = None
     fps: int = tiers.DEFAULT_FPS
-    steps: int | None = Field(default=None, ge=1, le=200)
-    guidance: float | None = Field(default=None, ge=0, le=20)
+    steps: InferenceSteps | None = None
+    guidance: GuidanceScale | None = None
     flow_shift: float | None = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     seed_policy: SeedPolicy = SeedPolicy.FIXED
     copies: int = Field(default=1, ge=1, le=64)
     guardrails: bool = True
-    concurrency: int = Field(default=1, ge=1, le=256)
+    concurrency: int = Field(default=1, ge=1, le=MAX_CONCURRENCY)
     model: str | None = None
     extra_params: dict[str, Any] = Field(default_factory=dict)
     input_reference: Path | None = None  # an image for image-to-video, sent as a file upload

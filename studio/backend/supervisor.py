@@ -22,16 +22,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from studio.backend.launchers import LaunchSpec, launch_for
 from studio.config import StudioSettings
 
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
 log = logging.getLogger(__name__)
-# How long after launch readiness is polled every 50 ms: a small engine is ready in seconds, a big server takes
-# minutes and is then polled four times a second.
+# How long after launch readiness is polled every 50 ms: a small engine is ready in seconds (and a refused
+# connection costs nothing), a big server takes minutes and is then polled four times a second.
 QUICK_START_S = 20.0
+
+
+def _readiness_poll_interval(poll: RetryCallState) -> float:
+    return 0.05 if (poll.seconds_since_start or 0.0) < QUICK_START_S else 0.25
+
 
 _LIVE_SERVERS: weakref.WeakSet[ManagedServer] = weakref.WeakSet()
 
@@ -215,45 +224,53 @@ class ManagedServer:
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Block until /health answers 200; raise ServerStartError with the log tail if it dies or times out."""
-        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.init_timeout_s)
         proc = self._proc
         if proc is None:
             raise RuntimeError("server not started")
-        # Imported here: a caller that only starts the process (the CLI, before its own imports) needs no HTTP.
+        # Imported here: a caller that only starts the process (the CLI, before its own imports) needs neither
+        # HTTP nor the polling, and the server starts sooner for it.
         import httpx
+        from tenacity import Retrying, retry_if_result, stop_after_delay
 
         from studio.backend.http import sync_client
 
         url = self.base_url + self.health_path
-        started = time.monotonic()
+
+        def answered(http: httpx.Client) -> bool:
+            if proc.exited.is_set() or proc.popen.poll() is not None:
+                raise self._exited_before_ready(proc)
+            try:
+                return http.get(url).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        polling = Retrying(
+            retry=retry_if_result(lambda ready: not ready),
+            wait=_readiness_poll_interval,
+            stop=stop_after_delay(timeout_s if timeout_s is not None else self.init_timeout_s),
+            sleep=proc.exited.wait,  # wakes at once if the process exits
+            retry_error_callback=lambda _: False,
+        )
         with sync_client(5.0) as http:
-            while True:
-                if proc.exited.is_set() or proc.popen.poll() is not None:
-                    proc.exited.wait(5)
-                    code = proc.popen.wait()
-                    with self._lock:
-                        self.state, self.exit_code = ServerState.FAILED, code
-                        self.message = f"exited with code {code} before it was ready"
-                    raise ServerStartError(self._failure_text(f"server exited with code {code} before it was ready"))
-                try:
-                    if http.get(url).status_code == 200:
-                        with self._lock:
-                            if self.state is ServerState.STARTING:
-                                self.state, self.ready_at = ServerState.READY, time.time()
-                                self.message = f"ready in {self.ready_at - (self.started_at or 0):.1f} s"
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    with self._lock:
-                        self.state = ServerState.FAILED
-                        self.message = "not ready within the init timeout"
-                    raise ServerStartError(self._failure_text("server was not ready within the init timeout"))
-                # Wake early if the process exits; otherwise poll health often while a quick start is still
-                # possible (a refused connection costs nothing), then a few times a second.
-                quick = time.monotonic() - started < QUICK_START_S
-                proc.exited.wait(0.05 if quick else 0.25)
+            if polling(answered, http):
+                with self._lock:
+                    if self.state is ServerState.STARTING:
+                        self.state, self.ready_at = ServerState.READY, time.time()
+                        self.message = f"ready in {self.ready_at - (self.started_at or 0):.1f} s"
+                return
+        self.stop()
+        with self._lock:
+            self.state = ServerState.FAILED
+            self.message = "not ready within the init timeout"
+        raise ServerStartError(self._failure_text("server was not ready within the init timeout"))
+
+    def _exited_before_ready(self, proc: _Process) -> ServerStartError:
+        proc.exited.wait(5)  # the reader thread has the last lines of its log
+        code = proc.popen.wait()
+        with self._lock:
+            self.state, self.exit_code = ServerState.FAILED, code
+            self.message = f"exited with code {code} before it was ready"
+        return ServerStartError(self._failure_text(f"server exited with code {code} before it was ready"))
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM to the process group, wait, then SIGKILL. Returns the exit code."""

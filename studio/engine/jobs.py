@@ -25,14 +25,18 @@ from typing import Any
 import numpy as np
 
 from studio.engine.encoding import StreamedEncode
+from studio.engine.generation import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
+from studio.engine.generator import VideoGenerator
 from studio.engine.metrics import EngineMetrics
-from studio.engine.pipeline import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams, PipelineRunner
 from studio.media import VideoInfo, encode_mp4
+from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus
 
 log = logging.getLogger(__name__)
 
 # Share of `progress` given to the denoising loop; the rest is VAE decode and mp4 encode.
 DENOISE_SHARE = 95.0
+# The error of a job stopped by DELETE: 499, nginx's "client closed request".
+CANCELLED = (499, "cancelled")
 
 
 @dataclass
@@ -42,7 +46,7 @@ class Job:
     fps: int
     model: str
     created_at: int
-    status: str = "queued"
+    status: JobStatus = JobStatus.QUEUED
     progress: int = 0
     started_at: float | None = None
     completed_at: int | None = None
@@ -63,44 +67,36 @@ class Job:
     queued_at: float = 0.0  # time.monotonic() when submitted
     batch_size: int | None = None  # how many jobs shared its denoising loop
 
-    @property
-    def size(self) -> str:
-        return f"{self.params.width}x{self.params.height}"
+    def fail(self, code: int, message: str) -> None:
+        self.status, self.error = JobStatus.FAILED, {"code": code, "message": message}
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JobRecord:
         """The job record, with vLLM-Omni 0.30's fields and rules (size and seconds as sent; seconds "4"
         when not sent; num_frames as requested, then as counted in the output)."""
         frames = self.output_frames if self.output_frames is not None else self.requested_frames
-        record: dict[str, Any] = {
-            "model": self.model,
-            "prompt": self.params.prompt,
-            "id": self.id,
-            "object": "video",
-            "status": self.status,
-            "size": self.size_field,
-            "progress": self.progress,
-            "seconds": self.seconds_field or "4",
-            "quality": "default",
-            "completed_at": self.completed_at,
-            "created_at": self.created_at,
-            "remixed_from_video_id": None,
-            "error": self.error,
-            "media_type": "video/mp4",
-            "expires_at": None,
-            "file_name": f"{self.id}.mp4" if self.status == "completed" else None,
-            "inference_time_s": self.inference_time_s,
-            "fps": float(self.fps),
-            "num_frames": frames,
-            "duration_s": round(frames / self.fps, 6) if frames else None,
-            "metrics": None,
-            "stage_durations": self.stage_durations or {},
-            "peak_memory_mb": self.peak_memory_mb or 0.0,
-            "action": None,
-        }
-        if self.native_size is not None:
-            # Not in vLLM-Omni's record: says the model made another size and the frames were resized.
-            record["native_size"] = f"{self.native_size[0]}x{self.native_size[1]}"
-        return record
+        completed = self.status is JobStatus.COMPLETED
+        return JobRecord(
+            model=self.model,
+            prompt=self.params.prompt,
+            id=self.id,
+            status=self.status,
+            size=self.size_field,
+            progress=self.progress,
+            seconds=self.seconds_field or str(DEFAULT_SECONDS),
+            quality="default",
+            completed_at=self.completed_at,
+            created_at=self.created_at,
+            error=self.error,
+            media_type="video/mp4",
+            file_name=f"{self.id}.mp4" if completed else None,
+            inference_time_s=self.inference_time_s,
+            fps=float(self.fps),
+            num_frames=frames,
+            duration_s=round(frames / self.fps, 6) if frames else None,
+            stage_durations=self.stage_durations or {},
+            peak_memory_mb=self.peak_memory_mb or 0.0,
+            native_size=f"{self.native_size[0]}x{self.native_size[1]}" if self.native_size is not None else None,
+        )
 
 
 def new_job_id(prefix: str = "video_gen") -> str:
@@ -112,7 +108,7 @@ class JobManager:
 
     def __init__(
         self,
-        runner: PipelineRunner,
+        generator: VideoGenerator,
         output_dir: Path,
         model_name: str,
         metrics: EngineMetrics,
@@ -121,14 +117,14 @@ class JobManager:
         batch_wait_ms: float = 0.0,
         encode_workers: int = 0,
     ):
-        self.runner = runner
+        self.generator = generator
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.model_name = model_name
         self.metrics = metrics
         self.max_kept_jobs = max_kept_jobs
         self.max_batch = max(1, max_batch)
-        runner.set_max_batch(self.max_batch)
+        generator.set_max_batch(self.max_batch)
         self.batch_wait_s = max(0.0, batch_wait_ms) / 1000.0
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._pending: deque[Job] = deque()
@@ -153,7 +149,7 @@ class JobManager:
         """Encode a tiny clip once, so the first request does not pay the encoder's start-up."""
         path = self.output_dir / f".warm-up-{uuid.uuid4().hex}.mp4"
         try:
-            encode_mp4(np.zeros((2, 16, 16, 3), dtype=np.uint8), 8, path, threads=self.runner.threads)
+            encode_mp4(np.zeros((2, 16, 16, 3), dtype=np.uint8), 8, path, threads=self.generator.threads)
         except Exception:
             log.exception("the mp4 encoder failed its warm-up")
         finally:
@@ -161,7 +157,7 @@ class JobManager:
 
     def shutdown(self) -> None:
         with self._lock:
-            pending = [job for job in self._jobs.values() if job.status in ("queued", "in_progress")]
+            pending = [job for job in self._jobs.values() if job.status in (JobStatus.QUEUED, JobStatus.IN_PROGRESS)]
         for job in pending:
             job.cancel_requested.set()
         with self._queue_changed:
@@ -198,7 +194,8 @@ class JobManager:
 
     def fail_now(self, job: Job, code: int, message: str) -> Job:
         """A job that fails before it is queued (a guardrail block), kept so GET returns it as vLLM-Omni does."""
-        job.status, job.error, job.completed_at = "failed", {"code": code, "message": message}, job.created_at
+        job.fail(code, message)
+        job.completed_at = job.created_at
         job.done.set()
         with self._lock:
             self._jobs[job.id] = job
@@ -227,10 +224,10 @@ class JobManager:
         if job is None:
             raise KeyError(job_id)
         job.cancel_requested.set()
-        if job.status == "queued":
+        if job.status is JobStatus.QUEUED:
             with self._lock:
-                if job.status == "queued":
-                    job.status, job.error = "failed", {"code": 499, "message": "cancelled"}
+                if job.status is JobStatus.QUEUED:
+                    job.fail(*CANCELLED)
                     job.done.set()
             with self._queue_changed:
                 self._queue_changed.notify_all()
@@ -250,7 +247,7 @@ class JobManager:
         """(running, waiting)."""
         with self._lock:
             running = len(self._running)
-            waiting = sum(1 for job in self._jobs.values() if job.status == "queued")
+            waiting = sum(1 for job in self._jobs.values() if job.status is JobStatus.QUEUED)
         return running, waiting
 
     def _forget_old_jobs(self) -> None:
@@ -274,10 +271,10 @@ class JobManager:
             if batch is None:
                 return
             with self._lock:
-                batch = [job for job in batch if job.status == "queued" and not job.cancel_requested.is_set()]
+                batch = [job for job in batch if job.status is JobStatus.QUEUED and not job.cancel_requested.is_set()]
                 started = time.time()
                 for job in batch:
-                    job.status, job.started_at, job.batch_size = "in_progress", started, len(batch)
+                    job.status, job.started_at, job.batch_size = JobStatus.IN_PROGRESS, started, len(batch)
                     self._running.add(job.id)
             if not batch:
                 continue
@@ -296,7 +293,7 @@ class JobManager:
                     self._queue_changed.wait()
                     continue
                 head = self._pending[0]
-                key = self.runner.batch_key(head.params) if self.max_batch > 1 else None
+                key = self.generator.batch_key(head.params) if self.max_batch > 1 else None
                 if key is None:
                     return [self._pending.popleft()]
                 with self._lock:
@@ -308,7 +305,7 @@ class JobManager:
                         for job in self._pending
                         if job is not head
                         and not job.cancel_requested.is_set()
-                        and self.runner.batch_key(job.params) == key
+                        and self.generator.batch_key(job.params) == key
                     ][: self.max_batch - 1]
                     remaining = deadline - time.monotonic()
                     if len(partners) + 1 >= self.max_batch or remaining <= 0 or self._stopping:
@@ -331,7 +328,7 @@ class JobManager:
         # With an encoder pool, each video is encoded there as the VAE hands its frames over.
         streams = (
             [
-                StreamedEncode(self._encoder, self.output_dir / f"{job.id}.mp4", job.fps, self.runner.threads)
+                StreamedEncode(self._encoder, self.output_dir / f"{job.id}.mp4", job.fps, self.generator.threads)
                 for job in jobs
             ]
             if self._encoder is not None
@@ -365,7 +362,7 @@ class JobManager:
             for index, job in enumerate(jobs)
         ]
         try:
-            self.runner.generate_batch(items, on_result)
+            self.generator.generate_batch(items, on_result)
         except Exception as exc:
             log.exception("batch of %d failed", len(jobs))
             for index, job in enumerate(jobs):
@@ -384,10 +381,10 @@ class JobManager:
 
     def _fail(self, job: Job, exc: BaseException) -> None:
         if isinstance(exc, GenerationCancelled):
-            job.status, job.error = "failed", {"code": 499, "message": "cancelled"}
+            job.fail(*CANCELLED)
         else:
             log.error("job %s failed: %s: %s", job.id, type(exc).__name__, exc)
-            job.status, job.error = "failed", {"code": 500, "message": f"{type(exc).__name__}: {exc}"}
+            job.fail(500, f"{type(exc).__name__}: {exc}")
         job.completed_at = int(time.time())
 
     def _complete(self, job: Job, output: GenerationOutput, started: float) -> None:
@@ -395,7 +392,7 @@ class JobManager:
         try:
             encode_started = time.perf_counter()
             path = self.output_dir / f"{job.id}.mp4"
-            info = encode_mp4(output.frames, job.fps, path, threads=self.runner.threads)
+            info = encode_mp4(output.frames, job.fps, path, threads=self.generator.threads)
         except Exception as exc:
             log.exception("job %s failed", job.id)
             self._fail(job, exc)
@@ -439,7 +436,7 @@ class JobManager:
         job.peak_memory_mb = output.peak_memory_mb
         if output.native_size != (job.params.width, job.params.height):
             job.native_size = output.native_size
-        job.progress, job.status, job.completed_at = 100, "completed", int(time.time())
+        job.progress, job.status, job.completed_at = 100, JobStatus.COMPLETED, int(time.time())
         total_s = time.perf_counter() - started
         self.metrics.observe_success(
             e2e_s=time.time() - job.created_at,

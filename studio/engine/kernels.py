@@ -13,9 +13,9 @@ better-placed kernel avoids (measured per kernel by benchmarks/profile_gpu.py):
   (batch, heads, tokens, head_dim) layout are gone.
 
 Each is an opaque custom op, so that the compiler keeps it whole. `install` puts them into a transformer and
-returns a handle that takes them out again; the engine checks a forward with them against one without before
-it serves (`PipelineRunner._install_kernels`). Off a GPU, or without Triton, the ops run a plain torch version
-of the same arithmetic (the CPU tests check it against diffusers' own modules).
+returns a handle that takes them out again; `install_checked` keeps them only where a forward with them matches
+one without, which the engine runs before it serves. Off a GPU, or without Triton, the ops run a plain torch
+version of the same arithmetic (the CPU tests check it against diffusers' own modules).
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ import torch
 log = logging.getLogger(__name__)
 
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math", "default")
+# The kernels change only the order of a few roundings: a forward with them must match the plain one to within
+# this share of its largest output value.
+MAX_KERNEL_DIFFERENCE = 0.02
 
 
 # --- feed-forward: GELU in the product's epilogue -------------------------------------------------------
@@ -42,6 +45,7 @@ def linear_gelu_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     if not x.is_cuda:  # the CPU's fused op takes the exact (erf) GELU, not the tanh form
         return torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias), approximate="tanh")
     rows = x.reshape(-1, x.shape[-1])
+    # torch's only way to the cuBLASLt GELU epilogue: no public op takes the activation into the product.
     out = torch._addmm_activation(bias, rows, weight.t(), use_gelu=True)
     return out.view(*x.shape[:-1], weight.shape[0])
 
@@ -329,3 +333,38 @@ def install(transformer: torch.nn.Module, backend: str) -> Installed:
                 installed.projections.append((net, first))
                 net[0] = EpilogueGELU(first.proj)
     return installed
+
+
+def install_checked(transformer: torch.nn.Module, backend: str, device: str) -> Installed | None:
+    """`install`, kept only if one forward on a small input with the kernels matches the forward without them;
+    else the transformer is left as it was and None comes back."""
+    inputs = _small_transformer_inputs(transformer, device)
+    installed = None
+    try:
+        with torch.inference_mode():
+            expected = transformer(**inputs, return_dict=False)[0].float()
+            installed = install(transformer, backend)
+            actual = transformer(**inputs, return_dict=False)[0].float()
+        difference = ((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-6)).item()
+        if not difference <= MAX_KERNEL_DIFFERENCE:
+            raise RuntimeError(f"the forward with them differs by {difference:.2%} of its range")
+    except Exception as exc:  # the transformer serves as diffusers wrote it
+        log.warning("the engine's kernels are not used (%s: %s)", type(exc).__name__, exc)
+        if installed is not None:
+            installed.undo()
+        return None
+    log.info("the engine's kernels: %s (forward within %.3f%% of the plain one)", installed.counts, 100 * difference)
+    return installed
+
+
+def _small_transformer_inputs(transformer: Any, device: str) -> dict[str, torch.Tensor]:
+    """A random input for one forward of a Wan transformer: 2 samples of 2 latent frames of 16x16, 16 text
+    tokens (the kernels run at the model's own widths, so this checks them at little cost)."""
+    config = transformer.config
+    generator = torch.Generator(device=device).manual_seed(0)
+    dtype = transformer.dtype
+    return {
+        "hidden_states": torch.randn(2, config.in_channels, 2, 16, 16, generator=generator, device=device).to(dtype),
+        "timestep": torch.tensor([250.0, 750.0], device=device),
+        "encoder_hidden_states": torch.randn(2, 16, config.text_dim, generator=generator, device=device).to(dtype),
+    }

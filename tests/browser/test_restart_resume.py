@@ -37,22 +37,16 @@ def test_restart_follows_up_jobs_by_id(browser, engine, tmp_path):
     database = outputs / "history.sqlite3"
     try:
         status = Client(studio.url, verbose=False).predict(
-            "first, at the server\nsecond, still in the studio",
-            "",
-            "256p",
-            "16:9",
-            33,
-            "24",
-            120,
-            6.0,
-            "1",
-            "fixed",
-            1,
-            1,
-            True,
-            False,
-            None,
-            api_name="/generate",  # copies 1, concurrency 1
+            prompts="first, at the server\nsecond, still in the studio",
+            tier="256p",
+            aspect="16:9",
+            frames=33,
+            steps=120,
+            seed="1",
+            seed_policy="fixed",
+            copies=1,
+            concurrency=1,
+            api_name="/generate",
         )
         assert status.startswith("queued 2 requests")
         wait_rows(database, lambda r: r[0][1] == "queued" and r[0][2], 120)  # at the server, with a job id

@@ -36,6 +36,13 @@ def test_four_videos_play_and_history_survives_a_restart(browser, tmp_path):
         page.locator("#gallery .thumbnail-item").nth(3).wait_for(timeout=30_000)
         table = page.locator("#requests").inner_text()
         assert table.count("done") >= 4
+        # Tiles are the videos' poster frames; the figures are drawn in the page, with a legend entry per phase.
+        assert page.locator("#gallery .thumbnail-item img").count() == 4
+        assert page.locator("#gallery video").count() == 0
+        expect(page.locator("#stats-table")).to_contain_text("p50 s")
+        for phase in ("queued at the server", "inference", "download"):
+            expect(page.locator("#timeline-plot")).to_contain_text(phase, timeout=30_000)
+        expect(page.locator("#latency-plot svg").first).to_be_visible()
         for index in range(4):
             page.locator("#gallery .thumbnail-item").nth(index).click()
             page.wait_for_function(

@@ -1,8 +1,8 @@
 """A misbehaving video server, for the fault tests. TEST DOUBLE.
 
 The real servers (the embedded engine, vLLM-Omni) cannot be made to answer 500s, garbage JSON or broken
-mp4s on demand, so this one does. It follows the vLLM-Omni video API contract exactly (routes, multipart
-form, job record, status codes) except for the one fault its --mode names:
+mp4s on demand, so this one does. It speaks the contract of studio.protocol (routes, multipart form validated
+into the request, job record, error envelope, status codes) except for the one fault its --mode names:
 
   ok            a well-formed 5-frame 64x64 mp4 (control)
   create-500    POST /v1/videos answers 500 with the error envelope
@@ -25,14 +25,28 @@ from pathlib import Path
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
 
 from studio.media import encode_mp4
+from studio.protocol import (
+    DEFAULT_SECONDS,
+    ErrorInfo,
+    ErrorResponse,
+    JobDeleted,
+    JobRecord,
+    JobStatus,
+    VideoRequest,
+)
+
+
+def answer(body: BaseModel, status: int = 200) -> Response:
+    return Response(body.model_dump_json(), status_code=status, media_type="application/json")
 
 
 def build_app(mode: str) -> FastAPI:
     app = FastAPI()
-    jobs: dict[str, dict] = {}
+    jobs: dict[str, JobRecord] = {}
     folder = Path(tempfile.mkdtemp(prefix="faulty-"))
     good = folder / "good.mp4"
     encode_mp4(np.zeros((5, 64, 64, 3), np.uint8), 24, good)
@@ -44,48 +58,40 @@ def build_app(mode: str) -> FastAPI:
         return {"status": "healthy"}
 
     @app.post("/v1/videos")
-    async def create(request: Request) -> JSONResponse:
-        form = await request.form()
+    async def create(request: Request) -> Response:
+        try:
+            video = VideoRequest.model_validate(VideoRequest.form_values(await request.form()))
+        except ValidationError as exc:
+            return answer(ErrorResponse.invalid_request(exc), 400)
         if mode == "create-500":
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": "EngineCore encountered an issue.",
-                        "type": "InternalServerError",
-                        "param": None,
-                        "code": 500,
-                    }
-                },
-                status_code=500,
-            )
+            # What vLLM answers when its engine core fails.
+            error = ErrorInfo(message="EngineCore encountered an issue.", type="InternalServerError", code=500)
+            return answer(ErrorResponse(error=error), 500)
         job_id = f"video_gen_{uuid.uuid4().hex}"
-        jobs[job_id] = {
-            "id": job_id,
-            "object": "video",
-            "status": "completed",
-            "progress": 100,
-            "prompt": form.get("prompt"),
-            "size": form.get("size"),
-            "seconds": "4",
-            "created_at": int(time.time()),
-            "completed_at": int(time.time()),
-            "error": None,
-            "media_type": "video/mp4",
-            "file_name": f"{job_id}.mp4",
-            "inference_time_s": 0.01,
-        }
-        return JSONResponse({**jobs[job_id], "status": "queued", "progress": 0, "file_name": None})
+        now = int(time.time())
+        # Finished as soon as it is made: the POST answers it queued, every GET completed.
+        jobs[job_id] = JobRecord(
+            id=job_id,
+            status=JobStatus.COMPLETED,
+            progress=100,
+            prompt=video.prompt,
+            size=video.size,
+            seconds=video.seconds or str(DEFAULT_SECONDS),
+            created_at=now,
+            completed_at=now,
+            media_type="video/mp4",
+            file_name=f"{job_id}.mp4",
+            inference_time_s=0.01,
+        )
+        return answer(jobs[job_id].model_copy(update={"status": JobStatus.QUEUED, "progress": 0, "file_name": None}))
 
     @app.get("/v1/videos/{job_id}")
     async def retrieve(job_id: str) -> Response:
         if job_id not in jobs:
-            return JSONResponse(
-                {"error": {"message": "Video not found", "type": "Not Found", "param": None, "code": 404}},
-                status_code=404,
-            )
+            return answer(ErrorResponse.of(404, "Video not found"), 404)
         if mode == "garbage-json":
             return Response(b"<html>proxy error</html>{", media_type="application/json")
-        return JSONResponse(jobs[job_id])
+        return answer(jobs[job_id])
 
     @app.get("/v1/videos/{job_id}/content")
     async def content(job_id: str) -> Response:
@@ -99,9 +105,9 @@ def build_app(mode: str) -> FastAPI:
         return Response(data, media_type="video/mp4")
 
     @app.delete("/v1/videos/{job_id}")
-    async def delete(job_id: str) -> dict:
+    async def delete(job_id: str) -> Response:
         jobs.pop(job_id, None)
-        return {"id": job_id, "deleted": True, "object": "video.deleted"}
+        return answer(JobDeleted(id=job_id))
 
     return app
 

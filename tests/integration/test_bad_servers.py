@@ -9,8 +9,10 @@ import sys
 import pytest
 
 from studio.backend.launchers import LaunchSpec
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, Run, RunSpec
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer
 

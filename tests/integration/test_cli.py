@@ -1,14 +1,18 @@
-"""`omni-studio generate` and `doctor` as a user runs them: a real subprocess each."""
+"""The `omni-studio` commands as a user runs them: a real subprocess each."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from studio.backend.launchers import LaunchSpec
+from studio.backend.supervisor import ManagedServer
 from studio.media import probe_mp4
 from tests.conftest import MODEL_DIR
 
@@ -91,15 +95,110 @@ def test_doctor_json():
     assert report["vllm_executable"] or "pip install vllm vllm-omni" in report["vllm_note"]
 
 
-def test_generate_starts_the_engine_before_importing_the_rest_of_the_studio():
+def test_generate_starts_the_engine_before_importing_the_rest_of_the_studio(tmp_path):
     """The engine's start is mostly its own imports: `generate` overlaps it with the studio's by starting the
-    engine from a module that imports none of the heavy parts (array, video and HTTP SDK libraries, the
-    run machinery, the progress display)."""
-    heavy = ["numpy", "av", "openai", "rich", "studio.backend.runs", "studio.backend.controller"]
-    code = (
-        "import sys, json; import studio.cli, studio.generate; "
-        f"print(json.dumps([name for name in {heavy!r} if name in sys.modules]))"
-    )
+    engine before importing the heavy parts (array, video and HTTP SDK libraries, the run machinery, the
+    progress display). What is imported is read at the moment the engine starts."""
+    heavy = ["numpy", "av", "openai", "rich", "torch", "studio.backend.runs", "studio.backend.controller"]
+    code = f"""
+import json, sys
+from studio.backend.supervisor import ManagedServer
+from studio.cli import main
+
+def start(self, wait=True):
+    print(json.dumps([name for name in {heavy!r} if name in sys.modules]))
+    raise SystemExit(0)
+
+ManagedServer.start = start
+main(["generate", "a red circle", "--out", {str(tmp_path)!r}])
+"""
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == []
+    assert "starting the embedded engine" in result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def _modules_after(code: str) -> set[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return set(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def undescribed_options(help_text: str) -> list[str]:
+    """Options of an argparse help text that come without a description: an entry is an indented line starting
+    with "-"; its description follows on that line after two spaces, or on the lines indented under it."""
+    entries: list[list[str]] = []
+    for line in help_text.splitlines():
+        if re.match(r"^  -", line):
+            entries.append([line.strip()])
+        elif entries and line.startswith("   "):
+            entries[-1].append(line.strip())
+    return [entry[0] for entry in entries if len(entry) == 1 and not re.search(r"\S\s{2,}\S", entry[0])]
+
+
+@pytest.mark.parametrize("command", ["ui", "generate", "bench", "engine", "doctor"])
+def test_every_command_answers_help_with_a_description_for_every_flag(command):
+    result = studio(command, "--help", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: omni-studio {command}")
+    assert "--help" in result.stdout and undescribed_options(result.stdout) == []
+
+
+def test_an_option_without_a_description_is_seen():
+    help_text = "options:\n  -h, --help  show this\n  --quiet\n  --tier {a,b}\n                 the tier\n"
+    assert undescribed_options(help_text) == ["--quiet"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from studio.cli import main\ntry:\n    main(['engine', '--help'])\nexcept SystemExit:\n    pass",
+        "from studio.engine.__main__ import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+        "from studio.engine.__main__ import main\ntry:\n    main(['--max-batch', 'x'])\nexcept SystemExit:\n    pass",
+    ],
+)
+def test_engine_help_and_bad_flags_answer_without_torch(code):
+    assert "torch" not in _modules_after(code)
+
+
+def test_engine_command_takes_the_engine_flags():
+    """`omni-studio engine` and `python -m studio.engine` take the same flags (the README's line among them)."""
+    from studio.cli import build_parser
+    from studio.engine.__main__ import build_parser as engine_parser
+    from studio.engine.__main__ import engine_settings
+
+    argv = [
+        "--model",
+        "assets/omni-small-t2v",
+        "--port",
+        "8123",
+        "--no-guardrails",
+        "--max-batch",
+        "4",
+        "--no-cuda-graphs",
+    ]
+    from_cli = engine_settings(build_parser().parse_args(["engine", *argv]))
+    from_module = engine_settings(engine_parser().parse_args(argv))
+    assert from_cli == from_module
+    assert (from_cli.model, from_cli.port, from_cli.guardrails) == ("assets/omni-small-t2v", 8123, False)
+    assert (from_cli.max_batch, from_cli.cuda_graphs, from_cli.fused_kernels) == (4, False, True)
+
+
+def test_engine_command_serves_until_stopped(tmp_path):
+    def launch(port: int) -> LaunchSpec:
+        argv = ["-m", "studio", "engine", "--model", str(MODEL_DIR), "--port", str(port), "--threads", "1"]
+        return LaunchSpec(name="engine", argv=[sys.executable, *argv])
+
+    with ManagedServer(launch, log_path=tmp_path / "engine.log", init_timeout_s=240) as server:
+        models = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()
+        assert [model["id"] for model in models["data"]] == [MODEL_DIR.name]
+    assert server.exit_code is not None
+
+
+def test_bad_engine_flag_values_fail_with_one_line():
+    result = studio("engine", "--port", "0", timeout=60)
+    assert result.returncode == 2 and "port" in result.stderr and "Traceback" not in result.stderr

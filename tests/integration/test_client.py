@@ -7,9 +7,11 @@ import time
 
 import pytest
 
-from studio.backend.client import VideoClient
+from studio.backend.client import RequestRejected, VideoClient
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, Run, RunSpec
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.media import probe_mp4
 from studio.protocol import JobStatus, VideoRequest
@@ -160,3 +162,18 @@ def test_a_running_job_is_seen_done_soon_after_it_ends_despite_a_long_interval(e
     t = outcome.timings
     late = (t.completed - t.accepted) - outcome.record.inference_time_s
     assert late < 0.8 * interval / 2, f"seen done {late:.2f} s after the server finished"
+
+
+def test_rejections_carry_the_servers_own_message(engine, tmp_path):
+    async def main():
+        async with VideoClient(engine.base_url) as client:
+            with pytest.raises(RequestRejected) as mismatch:
+                await client.create(request(model="another-model"))
+            with pytest.raises(RequestRejected) as unknown:
+                await client.download("video_gen_nope", tmp_path / "nope.mp4")
+            return mismatch.value, unknown.value, await client.cancel("video_gen_nope")
+
+    mismatch, unknown, cancelled = asyncio.run(main())
+    assert mismatch.status_code == 400 and str(mismatch).startswith("HTTP 400: Model mismatch: request specifies")
+    assert unknown.status_code == 404 and str(unknown) == "Video not found"
+    assert cancelled is False and not (tmp_path / "nope.mp4.part").exists()

@@ -9,8 +9,10 @@ import subprocess
 import httpx
 import pytest
 
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, Run, RunSpec
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The engine's batching scheduler on the CPU: real PipelineRunner and JobManager over the tiny model.
+"""The engine's batching scheduler on the CPU: real VideoGenerator and JobManager over the tiny model.
 
 Batched jobs make the same video as the same requests run alone (and as the plain pipeline call); a job
 cancelled inside a batch stops at once while the others finish unharmed; only jobs of one shape share a
@@ -21,15 +21,12 @@ import torch
 from studio.config import TINY_WAN_DIR
 from studio.engine import jobs as jobs_module
 from studio.engine.encoding import StreamedEncode
+from studio.engine.generation import BatchItem, GenerationCancelled, GenerationParams
+from studio.engine.generator import VideoGenerator
 from studio.engine.jobs import Job, JobManager
 from studio.engine.metrics import EngineMetrics
-from studio.engine.pipeline import (
-    BatchItem,
-    GenerationCancelled,
-    GenerationParams,
-    PipelineRunner,
-    vae_decode_chunks,
-)
+from studio.engine.plain_call import generate_plain
+from studio.engine.vae_decode import vae_decode_chunks
 from studio.media import Mp4Writer, encode_mp4
 
 pytestmark = pytest.mark.integration
@@ -50,17 +47,17 @@ def params(seed: int, steps: int = 3, prompt: str | None = None, **changes: obje
 
 
 @pytest.fixture(scope="module")
-def runner() -> PipelineRunner:
-    runner = PipelineRunner(str(TINY_WAN_DIR), device="cpu", threads=1)
-    runner.load()
-    assert runner.batched_loop  # the tiny model is a Wan pipeline: the engine's own loop drives it
-    return runner
+def generator() -> VideoGenerator:
+    generator = VideoGenerator(str(TINY_WAN_DIR), device="cpu", threads=1)
+    generator.load()
+    assert generator.batched_loop  # the tiny model is a Wan pipeline: the engine's own loop drives it
+    return generator
 
 
 @pytest.fixture
-def slow_steps(runner: PipelineRunner) -> Iterator[None]:
+def slow_steps(generator: VideoGenerator) -> Iterator[None]:
     """Each transformer call takes at least 40 ms, so a test can act while a batch is denoising."""
-    handle = runner.pipe.transformer.register_forward_pre_hook(lambda *_: time.sleep(0.04))
+    handle = generator.pipe.transformer.register_forward_pre_hook(lambda *_: time.sleep(0.04))
     yield
     handle.remove()
 
@@ -79,8 +76,8 @@ def encoded(monkeypatch: pytest.MonkeyPatch) -> dict[str, np.ndarray]:
     return frames
 
 
-def manager_for(runner: PipelineRunner, tmp_path: Path, **options: object) -> JobManager:
-    manager = JobManager(runner, tmp_path / "out", "tiny-wan", EngineMetrics("tiny-wan"), **options)
+def manager_for(generator: VideoGenerator, tmp_path: Path, **options: object) -> JobManager:
+    manager = JobManager(generator, tmp_path / "out", "tiny-wan", EngineMetrics("tiny-wan"), **options)
     manager.start()
     return manager
 
@@ -97,12 +94,15 @@ def wait_until(condition, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def test_batched_loop_matches_the_plain_pipeline_call(runner: PipelineRunner) -> None:
+def test_batched_loop_matches_the_plain_pipeline_call(generator: VideoGenerator) -> None:
     requests = [params(11), params(12, negative_prompt="blurry"), params(13)]
-    plain = [runner._generate_plain(p, None, None).frames.astype(int) for p in requests]
-    alone = [runner.generate(p).frames.astype(int) for p in requests]
+    plain = [
+        generate_plain(generator.pipe, generator.facts, generator.device, p, None, None).frames.astype(int)
+        for p in requests
+    ]
+    alone = [generator.generate(p).frames.astype(int) for p in requests]
     together: dict[int, np.ndarray] = {}
-    runner.generate_batch([BatchItem(p) for p in requests], lambda i, out: together.__setitem__(i, out.frames))
+    generator.generate_batch([BatchItem(p) for p in requests], lambda i, out: together.__setitem__(i, out.frames))
     for i in range(len(requests)):
         assert np.abs(alone[i] - plain[i]).max() <= 1
         assert np.abs(together[i].astype(int) - alone[i]).max() <= 1
@@ -111,22 +111,22 @@ def test_batched_loop_matches_the_plain_pipeline_call(runner: PipelineRunner) ->
 
 
 def test_batched_jobs_make_the_same_videos_as_unbatched_ones(
-    runner: PipelineRunner, tmp_path: Path, encoded: dict[str, np.ndarray]
+    generator: VideoGenerator, tmp_path: Path, encoded: dict[str, np.ndarray]
 ) -> None:
     requests = [params(21), params(22), params(23)]
-    one_by_one = manager_for(runner, tmp_path / "single", max_batch=1)
+    one_by_one = manager_for(generator, tmp_path / "single", max_batch=1)
     singles = [one_by_one.submit(one_by_one.new_job(p, fps=8)) for p in requests]
     for job in singles:
         assert job.done.wait(60) and job.status == "completed"
         assert job.batch_size == 1
     one_by_one.shutdown()
 
-    batching = manager_for(runner, tmp_path / "batched", max_batch=4, batch_wait_ms=2000)
+    batching = manager_for(generator, tmp_path / "batched", max_batch=4, batch_wait_ms=2000)
     batched = [batching.submit(batching.new_job(p, fps=8)) for p in requests]
     for job in batched:
         assert job.done.wait(60) and job.status == "completed", job.error
         assert job.batch_size == 3 and job.progress == 100
-        assert job.record()["num_frames"] == 5
+        assert job.record().num_frames == 5
         assert decoded(job.file_path).shape == (5, 32, 32, 3)
     assert batching.batches_run == 1
     batching.shutdown()
@@ -137,11 +137,11 @@ def test_batched_jobs_make_the_same_videos_as_unbatched_ones(
 
 
 def test_cancel_one_batched_job_leaves_the_others_intact(
-    runner: PipelineRunner, tmp_path: Path, slow_steps: None, encoded: dict[str, np.ndarray]
+    generator: VideoGenerator, tmp_path: Path, slow_steps: None, encoded: dict[str, np.ndarray]
 ) -> None:
     requests = [params(31, steps=8), params(32, steps=8), params(33, steps=8)]
-    references = [runner.generate(p).frames for p in requests]
-    manager = manager_for(runner, tmp_path, max_batch=3, batch_wait_ms=2000)
+    references = [generator.generate(p).frames for p in requests]
+    manager = manager_for(generator, tmp_path, max_batch=3, batch_wait_ms=2000)
     jobs = [manager.submit(manager.new_job(p, fps=8)) for p in requests]
     wait_until(lambda: all(job.status == "in_progress" and job.progress > 0 for job in jobs))
     assert all(job.batch_size == 3 for job in jobs)
@@ -161,21 +161,21 @@ def test_cancel_one_batched_job_leaves_the_others_intact(
     assert manager.queue_depth() == (0, 0)
 
 
-def test_cancel_every_job_of_a_batch_stops_the_loop(runner: PipelineRunner, slow_steps: None) -> None:
+def test_cancel_every_job_of_a_batch_stops_the_loop(generator: VideoGenerator, slow_steps: None) -> None:
     stop = threading.Event()
     answers: dict[int, object] = {}
     items = [BatchItem(params(41 + i, steps=50), should_stop=stop.is_set) for i in range(2)]
     threading.Timer(0.3, stop.set).start()
     started = time.monotonic()
-    runner.generate_batch(items, lambda i, result: answers.__setitem__(i, result))
+    generator.generate_batch(items, lambda i, result: answers.__setitem__(i, result))
     assert time.monotonic() - started < 2.0  # 50 steps of at least 40 ms would take 2 s or more
     assert all(isinstance(answers[i], GenerationCancelled) for i in range(2))
 
 
 def test_only_jobs_of_one_shape_share_a_batch_and_the_oldest_goes_first(
-    runner: PipelineRunner, tmp_path: Path, slow_steps: None
+    generator: VideoGenerator, tmp_path: Path, slow_steps: None
 ) -> None:
-    manager = manager_for(runner, tmp_path, max_batch=4, batch_wait_ms=0)
+    manager = manager_for(generator, tmp_path, max_batch=4, batch_wait_ms=0)
     blocker = manager.submit(manager.new_job(params(50, steps=6), fps=8))  # runs alone; the rest queue behind it
     wait_until(lambda: blocker.status == "in_progress")
     a = manager.submit(manager.new_job(params(51), fps=8))
@@ -194,8 +194,10 @@ def test_only_jobs_of_one_shape_share_a_batch_and_the_oldest_goes_first(
     manager.shutdown()
 
 
-def test_a_job_waits_at_most_batch_wait_for_partners(runner: PipelineRunner, tmp_path: Path, slow_steps: None) -> None:
-    manager = manager_for(runner, tmp_path, max_batch=8, batch_wait_ms=3000)
+def test_a_job_waits_at_most_batch_wait_for_partners(
+    generator: VideoGenerator, tmp_path: Path, slow_steps: None
+) -> None:
+    manager = manager_for(generator, tmp_path, max_batch=8, batch_wait_ms=3000)
 
     def waited(job: Job) -> float:
         wait_until(lambda: job.started_at is not None)
@@ -219,7 +221,7 @@ def test_a_job_waits_at_most_batch_wait_for_partners(runner: PipelineRunner, tmp
 
 
 def test_while_other_jobs_finish_a_job_waits_the_whole_batch_wait(
-    runner: PipelineRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generator: VideoGenerator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = jobs_module.encode_mp4
 
@@ -228,7 +230,7 @@ def test_while_other_jobs_finish_a_job_waits_the_whole_batch_wait(
         return real(*args, **options)
 
     monkeypatch.setattr(jobs_module, "encode_mp4", slow_encode)
-    manager = manager_for(runner, tmp_path, max_batch=8, batch_wait_ms=600, encode_workers=1)
+    manager = manager_for(generator, tmp_path, max_batch=8, batch_wait_ms=600, encode_workers=1)
     finishing = manager.submit(manager.new_job(params(64, steps=1), fps=8))
     wait_until(lambda: finishing.progress == 95)  # denoised and decoded; its mp4 is being encoded
     queued = manager.submit(manager.new_job(params(65, steps=1), fps=8))
@@ -239,11 +241,11 @@ def test_while_other_jobs_finish_a_job_waits_the_whole_batch_wait(
     manager.shutdown()
 
 
-def test_requests_that_cannot_batch_run_alone(runner: PipelineRunner, tmp_path: Path) -> None:
+def test_requests_that_cannot_batch_run_alone(generator: VideoGenerator, tmp_path: Path) -> None:
     # A request with pipeline call options of its own goes through the plain pipeline call.
     special = params(71, extra={"max_sequence_length": 64})
-    assert runner.batch_key(special) is None
-    manager = manager_for(runner, tmp_path, max_batch=4, batch_wait_ms=1000)
+    assert generator.batch_key(special) is None
+    manager = manager_for(generator, tmp_path, max_batch=4, batch_wait_ms=1000)
     jobs = [manager.submit(manager.new_job(p, fps=8)) for p in (special, params(72))]
     for job in jobs:
         assert job.done.wait(60) and job.status == "completed", job.error
@@ -251,8 +253,8 @@ def test_requests_that_cannot_batch_run_alone(runner: PipelineRunner, tmp_path: 
     manager.shutdown()
 
 
-def test_the_vae_decoded_in_pieces_gives_its_whole_decode(runner: PipelineRunner) -> None:
-    vae = runner.pipe.vae
+def test_the_vae_decoded_in_pieces_gives_its_whole_decode(generator: VideoGenerator) -> None:
+    vae = generator.pipe.vae
     z = torch.randn(2, vae.config.z_dim, 3, 4, 4, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         whole = vae.decode(z, return_dict=False)[0]
@@ -277,21 +279,21 @@ class RecordingStream(StreamedEncode):
 
 
 def test_videos_are_encoded_beside_the_decode_into_the_same_files(
-    runner: PipelineRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generator: VideoGenerator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(jobs_module, "StreamedEncode", RecordingStream)
     RecordingStream.pieces, RecordingStream.videos = {}, {}
     requests = [params(71, num_frames=9), params(72, num_frames=9)]
-    manager = manager_for(runner, tmp_path, max_batch=2, batch_wait_ms=2000, encode_workers=2)
+    manager = manager_for(generator, tmp_path, max_batch=2, batch_wait_ms=2000, encode_workers=2)
     jobs = [manager.submit(manager.new_job(p, fps=8)) for p in requests]
     for job, request in zip(jobs, requests, strict=True):
         assert job.done.wait(60) and job.status == "completed", job.error
         assert job.batch_size == 2 and RecordingStream.pieces[job.id] == 3  # one piece per latent frame
-        assert job.stage_durations["encode"] >= 0 and job.record()["num_frames"] == 9
+        assert job.stage_durations["encode"] >= 0 and job.record().num_frames == 9
         video = RecordingStream.videos[job.id]  # the job's frames, as the batch made them
-        assert np.abs(video.astype(int) - runner.generate(request).frames.astype(int)).max() <= 1
+        assert np.abs(video.astype(int) - generator.generate(request).frames.astype(int)).max() <= 1
         reference = tmp_path / f"reference-{job.id}.mp4"
-        encode_mp4(video, 8, reference, threads=runner.threads)
+        encode_mp4(video, 8, reference, threads=generator.threads)
         # As faithful to the job's frames as the same frames encoded whole (the encoder is not bit-for-bit
         # repeatable); a piece lost, doubled or out of order would be far off.
         whole_error = np.abs(decoded(reference) - video.astype(int)).mean()
@@ -300,7 +302,7 @@ def test_videos_are_encoded_beside_the_decode_into_the_same_files(
 
 
 def test_a_failed_streamed_encode_fails_only_its_job_and_leaves_no_file(
-    runner: PipelineRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generator: VideoGenerator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real_write = Mp4Writer.write
     doomed: list[str] = []
@@ -311,7 +313,7 @@ def test_a_failed_streamed_encode_fails_only_its_job_and_leaves_no_file(
         real_write(self, frames)
 
     monkeypatch.setattr(Mp4Writer, "write", write)
-    manager = manager_for(runner, tmp_path, max_batch=2, batch_wait_ms=2000, encode_workers=2)
+    manager = manager_for(generator, tmp_path, max_batch=2, batch_wait_ms=2000, encode_workers=2)
     first = manager.new_job(params(81, num_frames=9), fps=8)
     second = manager.new_job(params(82, num_frames=9), fps=8)
     doomed.append(second.id)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from studio.media import probe_mp4
+from studio.protocol import JobRecord, JobStatus
 from tests.conftest import API_KEY, MODEL_NAME, SMALL
 
 pytestmark = pytest.mark.integration
@@ -76,6 +77,17 @@ def test_async_job_life_cycle(http, tmp_path):
     deleted = http.delete(f"/v1/videos/{record['id']}")
     assert deleted.json() == {"id": record["id"], "deleted": True, "object": "video.deleted"}
     assert http.get(f"/v1/videos/{record['id']}").status_code == 404
+
+
+def test_record_has_the_contracts_fields_and_unknown_or_empty_form_fields_are_not_sent(http):
+    created = http.post("/v1/videos", files=form(prompt="fields", negative_prompt="", fps="", unknown="x", **SMALL))
+    assert created.status_code == 200
+    record = created.json()
+    # native_size, the engine's own field, appears only once a model made another size.
+    assert set(record) == set(JobRecord.model_fields) - {"native_size"}
+    assert JobRecord.model_validate(record).status is JobStatus.QUEUED and record["fps"] == 24.0
+    done = wait_for(http, record["id"], lambda r: r["status"] in ("completed", "failed"))
+    assert done["status"] == "completed" and set(done) <= set(JobRecord.model_fields)
 
 
 def test_sync_returns_mp4_with_headers(http, tmp_path):

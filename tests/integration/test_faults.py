@@ -10,8 +10,10 @@ import time
 import pytest
 
 from studio.backend.launchers import embedded_launch
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, Run, RunSpec
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState
 from tests.conftest import engine_settings, start_engine

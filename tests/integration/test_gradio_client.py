@@ -22,22 +22,18 @@ def test_generate_through_the_api(tmp_path):
         client = Client(studio.url, verbose=False)
         endpoints = client.view_api(return_format="dict")["named_endpoints"]
         assert {"/generate", "/cancel_all", "/cancel", "/rerun"} <= set(endpoints)
+        parameters = {p["parameter_name"] for p in endpoints["/generate"]["parameters"]}
+        assert {"prompts", "tier", "frames", "steps", "seed", "copies", "concurrency", "image"} <= parameters
         status = client.predict(
-            "a red circle\na blue square",
-            "",
-            "256p",
-            "1:1",
-            5,
-            "24",
-            2,
-            6.0,
-            "3",
-            "increment",
-            1,
-            2,
-            True,
-            False,
-            None,
+            prompts="a red circle\na blue square",
+            tier="256p",
+            aspect="1:1",
+            frames=5,
+            steps=2,
+            seed="3",
+            seed_policy="increment",
+            copies=1,
+            concurrency=2,
             api_name="/generate",
         )
         assert status.startswith("queued 2 requests")
@@ -63,21 +59,15 @@ def test_the_api_key_reaches_the_engine_but_never_the_page_logs_or_files(tmp_pat
     try:
         client = Client(studio.url, verbose=False)
         status = client.predict(
-            "a key test",
-            "",
-            "256p",
-            "1:1",
-            5,
-            "24",
-            2,
-            6.0,
-            "1",
-            "fixed",
-            1,
-            1,
-            True,
-            False,
-            None,
+            prompts="a key test",
+            tier="256p",
+            aspect="1:1",
+            frames=5,
+            steps=2,
+            seed="1",
+            seed_policy="fixed",
+            copies=1,
+            concurrency=1,
             api_name="/generate",
         )
         assert status.startswith("queued 1 request")

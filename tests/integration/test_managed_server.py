@@ -14,7 +14,8 @@ import pytest
 
 from studio.backend.controller import StudioController
 from studio.backend.launchers import embedded_launch
-from studio.backend.runs import RequestState, RunSpec
+from studio.backend.request_state import RequestState
+from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState, group_members
 from tests.conftest import engine_settings
 

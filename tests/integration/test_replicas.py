@@ -8,8 +8,10 @@ import signal
 
 import pytest
 
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, Run, RunSpec
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from tests.conftest import start_engine
 

@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from studio.backend.controller import StudioController
-from studio.backend.runs import RequestState
-from studio.ui import handlers
+from studio.backend.request_state import RequestState
+from studio.ui import bench_view, figures, gallery, handlers, tables
 from tests.conftest import MODEL_NAME, engine_settings
 
 pytestmark = pytest.mark.integration
@@ -61,17 +62,33 @@ def test_submit_runs_everything_and_figures_follow(controller):
     run = board.runs[-1]
     assert [v.state for v in run.views] == [RequestState.DONE] * 4
     assert [v.request.seed for v in run.views] == [7, 8, 9, 10]
-    rows = handlers.table_rows(board)
-    assert len(rows) == 4 and all(row[3] == "done" and row[4] == "100%" for row in rows)
-    stats = handlers.stats_markdown(board.summary(), 0)
-    assert "**4 completed**" in stats and "videos/min" in stats
-    items = handlers.gallery_items(board.done_newest_first())
-    assert len(items) == 4 and all(path.endswith(".mp4") for path, _ in items)
-    latency, timeline, throughput = handlers.figures(board)
-    assert len(timeline.axes[0].patches) >= 8  # a queue and an inference bar per request
-    assert sum(patch.get_height() for patch in latency.axes[0].patches) == 4  # four latencies in the histogram
-    assert len(throughput.axes[0].lines) == 1
-    assert handlers.history_rows(controller)[0][0] == run.id
+    rows = tables.request_table(board)
+    assert len(rows) == 4 and all((rows["state"] == "done") & (rows["progress"] == "100%"))
+    stats = tables.counts_line(board.summary(), 0)
+    assert "**4 completed**" in stats and "videos/min" in tables.stats_table(board.summary()).columns
+    items = gallery.gallery_items(board.done_newest_first())
+    assert len(items) == 4 and all(path.endswith(".jpg") for path, _ in items)
+    for (poster, _), view in zip(items, board.done_newest_first(), strict=True):
+        assert Path(poster) == view.video_path.with_suffix(".jpg")  # the poster beside its video
+        with Image.open(poster) as image:
+            assert image.format == "JPEG" and image.size == (256, 256)
+        assert gallery.request_id_in({"image": {"path": poster}}) == view.id
+    page = figures.page_figures(board)
+    timeline = page.timeline
+    assert timeline[figures.REQUEST].nunique() == 4
+    drawn = timeline[timeline[figures.SECONDS] > 0]
+    assert drawn[drawn[figures.PHASE] == figures.INFERENCE][figures.REQUEST].nunique() == 4  # each one's inference
+    assert figures.QUEUE_WAIT in set(drawn[figures.PHASE])
+    # Every phase is in the data from the first request, last first: the bars stack in time order and every
+    # phase has its colour.
+    assert list(dict.fromkeys(timeline[figures.PHASE])) == list(reversed(figures.PHASE_COLORS))
+    assert all(timeline.groupby(figures.REQUEST).size() == len(figures.PHASE_COLORS))
+    latency = page.latency
+    assert len(latency) == 4 and latency[figures.WITHIN].iloc[-1] == 100.0  # four latencies, cumulative
+    assert latency[figures.LATENCY].is_monotonic_increasing
+    throughput = page.throughput  # steps: each window's rate from its start to its end
+    assert len(throughput) >= 2 and throughput[figures.THROUGHPUT].iloc[0] == throughput[figures.THROUGHPUT].iloc[1]
+    assert tables.history_table(controller)["run"].iloc[0] == run.id
 
     exported = handlers.export_run(controller, run.id, "csv")
     with exported.open() as handle:
@@ -137,6 +154,12 @@ def test_uploads_are_checked(controller, tmp_path):
     fake = tmp_path / "fake.png"
     fake.write_bytes(b"\x89PNG garbage")
     assert "not a readable image" in asyncio.run(handlers.submit(controller, {**FORM, "image": str(fake)}))
+    disguised = tmp_path / "animation.png"  # a GIF by its content: engines read no GIF
+    Image.new("RGB", (8, 8)).save(disguised, format="GIF")
+    assert "not a readable image" in asyncio.run(handlers.submit(controller, {**FORM, "image": str(disguised)}))
+    real = tmp_path / "first_frame.webp"
+    Image.new("RGB", (256, 256), "red").save(real, format="WEBP")
+    assert handlers.build_spec({**FORM, "image": str(real)}, controller).input_reference == real
     huge = tmp_path / "huge.png"
     huge.write_bytes(b"\0" * (handlers.MAX_UPLOAD_BYTES + 1))
     assert "larger than" in asyncio.run(handlers.submit(controller, {**FORM, "image": str(huge)}))
@@ -149,7 +172,7 @@ def test_export_refuses_unknown_runs(controller):
 
 BENCH_FORM = {
     "requests": 2,
-    "concurrency": "1,2",
+    "concurrencies": "1,2",
     "tiers": ["256p"],
     "guardrails": ["on"],
     "aspect": "1:1",
@@ -158,59 +181,68 @@ BENCH_FORM = {
     "request_rate": 0,
     "warmup": 0,
     "slo_s": 600,
+    "prompts": "",
 }
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"requests": 0}, "requests per cell must be between 1 and 1000"),
-        ({"requests": "lots"}, "requests per cell must be a number"),
-        ({"concurrency": "1,a"}, "concurrency takes whole numbers"),
-        ({"concurrency": "0"}, "each concurrency must be between 1 and 256"),
-        ({"concurrency": ""}, "give at least one concurrency"),
+        ({"requests": 0}, "requests: input should be greater than or equal to 1"),
+        ({"requests": "lots"}, "requests: input should be a valid integer"),
+        ({"concurrencies": "1,a"}, "concurrency takes whole numbers"),
+        ({"concurrencies": "0"}, "concurrency takes whole numbers from 1 to 256"),
+        ({"concurrencies": ""}, "concurrency takes whole numbers"),
         ({"tiers": []}, "pick at least one tier"),
         ({"tiers": ["1080p"]}, "unknown tier '1080p'"),
-        ({"guardrails": []}, "pick guardrails on, off or both"),
-        ({"steps": 500}, "steps must be between 1 and 200"),
-        ({"request_rate": -1}, "request rate must be between 0 and 1000"),
+        ({"guardrails": []}, "guardrails takes on, off or on,off"),
+        ({"steps": 500}, "steps: input should be less than or equal to 200"),
+        ({"request_rate": -1}, "request_rate: input should be greater than 0"),
     ],
 )
 def test_bench_view_refuses_bad_settings_clearly(controller, change, message):
-    from studio.ui import bench_view
-
     async def main():
         return [update async for update in bench_view.run_bench_view(controller, {**BENCH_FORM, **change})]
 
     updates = asyncio.run(main())
     assert len(updates) == 1
-    status, rows, _, plots, report = updates[0]
-    assert status.startswith("**bench not started**") and message in status
-    assert rows == [] and plots == [] and report is None
+    update = updates[0]
+    assert update.status.startswith("**bench not started**") and message in update.status
+    assert update.summary.empty and update.plots == [] and update.report is None
 
 
 def test_bench_view_runs_every_cell_and_reports(controller):
-    from studio.ui import bench_view
-
     async def main():
         updates = []
         async for update in bench_view.run_bench_view(controller, BENCH_FORM):
             if not updates:
                 # While it runs, a second bench is refused rather than mixed into the first one's figures.
                 second = [u async for u in bench_view.run_bench_view(controller, BENCH_FORM)]
-                assert "already running" in second[0][0]
+                assert "already running" in second[0].status
             updates.append(update)
         return updates
 
     updates = asyncio.run(main())
-    status, rows, recommendation, plots, report_path = updates[-1]
-    assert status.startswith("done in"), status
-    assert any(u[0].startswith("running cell") for u in updates[:-1])
-    assert [row[2] for row in rows] == [1, 2] and all(row[4] == 2 and row[5] == 0 for row in rows)
-    report = json.loads(Path(report_path).read_text())
+    last = updates[-1]
+    assert last.status.startswith("done in"), last.status
+    assert any(u.status.startswith("running cell") for u in updates[:-1])
+    cells = last.summary
+    assert list(cells["concurrency"]) == [1, 2] and all(cells["completed"] == 2) and all(cells["failed"] == 0)
+    report = json.loads(Path(last.report).read_text())
     assert [cell["concurrency"] for cell in report["cells"]] == [1, 2]
     assert len(report["requests"]) == 4 and all(r["state"] == "done" for r in report["requests"])
-    assert len(plots) == 3 and all(Path(p).read_bytes()[:8].startswith(b"\x89PNG") for p in plots)
-    assert "256p: lowest latency at concurrency" in recommendation
+    assert len(last.plots) == 3 and all(Path(p).read_bytes()[:8].startswith(b"\x89PNG") for p in last.plots)
+    assert "256p: lowest latency at concurrency" in last.recommendation
     # The bench's requests are in history like any other run.
     assert sum(run["requests"] for run in controller.store.recent_runs()) >= 4
+
+
+def test_server_form_keeps_what_it_leaves_blank():
+    from studio.config import StudioSettings
+    from studio.ui.server_tab import settings_values
+
+    current = StudioSettings(api_key="sk-kept", tensor_parallel_size=2)
+    form = {"remote_urls": " http://a:1 , http://b:2 ", "api_key": "", "tensor_parallel_size": None, "gpus": " "}
+    values = StudioSettings.model_validate(settings_values(current, form))
+    assert values.remote_urls == ["http://a:1", "http://b:2"]
+    assert values.api_key_value() == "sk-kept" and values.tensor_parallel_size == 2 and values.gpus is None

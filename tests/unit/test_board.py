@@ -4,7 +4,7 @@ import time
 
 from studio.backend.board import RequestBoard
 from studio.backend.client import RequestTimings
-from studio.backend.runs import RequestState, RequestView
+from studio.backend.request_state import RequestState, RequestView
 from studio.protocol import VideoRequest
 
 

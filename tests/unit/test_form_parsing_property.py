@@ -75,4 +75,4 @@ def test_form_is_parsed_or_rejected_with_400(form):
 def test_a_valid_form_always_parses(prompt, size, frames):
     parsed = parse_video_form({"prompt": prompt, "size": size, "num_frames": str(frames)}, STATE)
     assert parsed.params.prompt == prompt and f"{parsed.params.width}x{parsed.params.height}" == size
-    assert parsed.requested_frames == frames and parsed.params.num_frames >= frames
+    assert parsed.request.requested_frames == frames and parsed.params.num_frames >= frames

@@ -12,7 +12,7 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from studio.engine import kernels
-from studio.engine.pipeline import PipelineRunner
+from studio.engine.generator import VideoGenerator
 
 TINY_WAN_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-wan"
 
@@ -104,24 +104,25 @@ def test_the_ops_fake_shapes_and_strides_match_their_results() -> None:
 
 
 @pytest.fixture(scope="module")
-def runner() -> PipelineRunner:
-    runner = PipelineRunner(str(TINY_WAN_DIR), device="cpu", threads=1)
-    runner.load()
-    runner.pipe.transformer.fuse_qkv_projections()  # as the engine does on a GPU before it installs them
-    return runner
+def generator() -> VideoGenerator:
+    generator = VideoGenerator(str(TINY_WAN_DIR), device="cpu", threads=1)
+    generator.load()
+    generator.pipe.transformer.fuse_qkv_projections()  # as the engine does on a GPU before it installs them
+    return generator
 
 
-def test_the_engine_installs_kernels_that_match_the_plain_forward(runner: PipelineRunner) -> None:
-    runner._install_kernels()
+def test_the_engine_installs_kernels_that_match_the_plain_forward(generator: VideoGenerator) -> None:
+    generator.gpu.install_kernels(generator.pipe)
     try:
-        assert runner.kernels["attention"] > 0 and runner.kernels["ffn_gelu"] > 0
+        assert generator.gpu.kernels["attention"] > 0 and generator.gpu.kernels["ffn_gelu"] > 0
+        assert generator.gpu.installed_kernels is not None
     finally:
-        runner._installed_kernels.undo()
-        runner.kernels, runner._installed_kernels = {}, None
+        generator.gpu.remove_kernels()
+    assert generator.gpu.kernels == {} and generator.gpu.installed_kernels is None
 
 
 def test_the_engine_refuses_kernels_that_change_the_forward(
-    runner: PipelineRunner, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    generator: VideoGenerator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     reference = kernels.qk_norm_rope_reference
 
@@ -130,11 +131,11 @@ def test_the_engine_refuses_kernels_that_change_the_forward(
         return rq.flip(1), rk  # tokens out of order: the attention then mixes the wrong positions
 
     monkeypatch.setattr(kernels, "qk_norm_rope_reference", rotated_wrong)
-    transformer = runner.pipe.transformer
+    transformer = generator.pipe.transformer
     processors = [m.processor for m in transformer.modules() if type(m).__name__ == "WanAttention"]
-    with caplog.at_level(logging.WARNING, logger="studio.engine.pipeline"):
-        runner._install_kernels()
-    assert runner.kernels == {} and runner._installed_kernels is None
+    with caplog.at_level(logging.WARNING, logger="studio.engine.kernels"):
+        generator.gpu.install_kernels(generator.pipe)
+    assert generator.gpu.kernels == {} and generator.gpu.installed_kernels is None
     assert [m.processor for m in transformer.modules() if type(m).__name__ == "WanAttention"] == processors
     assert "not used" in caplog.text and "differs" in caplog.text
 

@@ -4,6 +4,15 @@ import pytest
 from pydantic import ValidationError
 
 from studio.protocol import (
+    DEFAULT_FPS,
+    DEFAULT_HEIGHT,
+    DEFAULT_SECONDS,
+    DEFAULT_WIDTH,
+    MAX_FRAMES,
+    MAX_SIDE,
+    ErrorResponse,
+    JobList,
+    JobRecord,
     JobStatus,
     VideoRequest,
     error_message,
@@ -69,3 +78,83 @@ def test_failed_job_body_is_a_result():
     assert is_guardrail_block(record.error.message)
     assert job_record_from_body({"error": {"message": "x"}}) is None
     assert not is_guardrail_block("CUDA out of memory")
+
+
+def test_what_the_client_sends_the_server_reads_back():
+    request = VideoRequest(
+        prompt="a cat",
+        negative_prompt="blur",
+        width=320,
+        height=192,
+        num_frames=33,
+        fps=16,
+        guidance_scale=6.0,
+        flow_shift=3.0,
+        seed=2**40,
+        generate_sound=True,
+        sound_duration=2.0,
+        extra_params={"guardrails": False},
+    )
+    assert VideoRequest.model_validate(VideoRequest.form_values(request.form_fields())) == request
+
+
+def test_a_received_form_fills_the_request_with_the_contract_defaults():
+    class Upload:
+        filename = "start.png"
+
+    values = VideoRequest.form_values(
+        {"prompt": "x", "fps": "", "negative_prompt": "", "unknown": "1", "input_reference": Upload(), "seconds": "2"}
+    )
+    assert values == {"prompt": "x", "seconds": "2", "input_reference": "start.png"}
+    request = VideoRequest.model_validate(values)
+    assert (request.width, request.height, request.size) == (DEFAULT_WIDTH, DEFAULT_HEIGHT, "832x480")
+    assert request.output_fps == DEFAULT_FPS and request.requested_frames == 2 * DEFAULT_FPS
+    assert request.has_reference
+    sized = VideoRequest.model_validate({"prompt": "x", "size": "64x48", "width": "640", "generate_sound": " Yes "})
+    assert (sized.width, sized.height, sized.generate_sound) == (64, 48, True)
+    assert VideoRequest(prompt="x").requested_frames == DEFAULT_SECONDS * DEFAULT_FPS
+
+
+@pytest.mark.parametrize(
+    ("form", "param", "message"),
+    [
+        ({"size": "64x64"}, "body.prompt", "prompt is required"),
+        ({"prompt": "x", "size": "640x"}, "body.size", "size must look like WIDTHxHEIGHT (e.g. 832x480), got '640x'"),
+        ({"prompt": "x", "size": "8x8"}, "body.size", f"width and height must be between 16 and {MAX_SIDE}, got 8x8"),
+        ({"prompt": "x", "seconds": "60"}, "body.seconds", f"seconds x fps gives 1440 frames; at most {MAX_FRAMES}"),
+        ({"prompt": "x", "extra_params": "[1]"}, None, "Invalid JSON in form field: expected dict, got list."),
+        ({"prompt": "x", "extra_params": '{"guardrails": "no"}'}, "body.extra_params", "extra_params.guardrails"),
+        ({"prompt": "x", "num_frames": "many"}, "body.num_frames", "num_frames: Input should be a valid integer"),
+        ({"prompt": "x", "guidance_scale": "nan"}, "body.guidance_scale", "guidance_scale: Input should be a finite"),
+        (
+            {"prompt": "x", "input_reference": "a.png", "image_reference": '{"image_url": "x"}'},
+            None,
+            "input_reference cannot be combined with image_reference or video_reference",
+        ),
+    ],
+)
+def test_an_invalid_form_is_a_400_naming_its_field(form, param, message):
+    with pytest.raises(ValidationError) as caught:
+        VideoRequest.model_validate(form)
+    error = ErrorResponse.invalid_request(caught.value).error
+    assert (error.code, error.type, error.param) == (400, "Bad Request", param)
+    assert error.message.startswith(message)
+
+
+def test_job_record_keeps_extra_fields_and_leaves_out_an_unset_native_size():
+    record = JobRecord.model_validate({"id": "v", "status": "in_progress", "progress": 37.5, "eta_s": 3})
+    assert record.status is JobStatus.IN_PROGRESS and record.progress == 37.5 and record.model_extra == {"eta_s": 3}
+    wire = json.loads(record.model_dump_json())
+    assert "native_size" not in wire and wire["eta_s"] == 3 and wire["error"] is None
+    assert json.loads(record.model_copy(update={"native_size": "40x24"}).model_dump_json())["native_size"] == "40x24"
+
+
+def test_list_page_and_envelope():
+    records = [JobRecord(id=f"v{i}", status=JobStatus.QUEUED) for i in range(3)]
+    page = JobList.page(records, has_more=True)
+    assert (page.object, page.first_id, page.last_id, page.has_more) == ("list", "v0", "v2", True)
+    assert JobList.page([], has_more=False).first_id is None
+    assert ErrorResponse.of(404, "Video not found").model_dump() == {
+        "error": {"message": "Video not found", "type": "Not Found", "param": None, "code": 404}
+    }
+    assert error_message(ErrorResponse.of(409, "busy").error.model_dump()) == "busy"  # the SDK's `.body`

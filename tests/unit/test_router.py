@@ -1,8 +1,12 @@
 """The router's choice: least outstanding requests, ties to the first listed, unhealthy ones skipped."""
 
+import asyncio
+import socket
+import time
+
 import pytest
 
-from studio.backend.router import EndpointPool, NoEndpointError
+from studio.backend.router import Endpoint, EndpointPool, NoEndpointError
 
 
 def pool_of(count: int) -> EndpointPool:
@@ -34,3 +38,26 @@ def test_release_counts_results_and_unhealthy_endpoints_are_skipped():
     pool.endpoints[1].healthy = False
     with pytest.raises(NoEndpointError, match="no healthy server"):
         pool.acquire()
+
+
+def test_wait_back_waits_through_a_restart_and_gives_up_on_a_silent_endpoint():
+    with socket.socket() as probe:  # a port nobody listens on: health checks are refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pool = EndpointPool.from_urls([f"http://127.0.0.1:{port}"])
+    endpoint = pool.endpoints[0]
+
+    async def main() -> tuple[float, Endpoint | None, float]:
+        pool.mark_down(endpoint, "connection refused")
+        started = time.monotonic()
+        assert await pool.wait_back(grace_s=0.3) is None
+        silent_s = time.monotonic() - started
+        pool.mark_restarting(endpoint.url)
+        asyncio.get_running_loop().call_later(1.0, pool.mark_restarted, endpoint.url, True)
+        started = time.monotonic()
+        back = await pool.wait_back(grace_s=0.3)  # restarting: waited for past the grace
+        return silent_s, back, time.monotonic() - started
+
+    silent_s, back, restart_s = asyncio.run(main())
+    assert 0.3 <= silent_s < 5.0
+    assert back is endpoint and endpoint.healthy and restart_s >= 1.0

@@ -17,9 +17,11 @@ import pytest
 
 from studio.backend.client import RequestRejected, VideoClient
 from studio.backend.controller import StudioController
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
-from studio.backend.runs import RequestState, Run, RunSpec
+from studio.backend.runs import Run
 from studio.backend.server_metrics import scrape
+from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ServerStartError, ServerState, group_members
 from studio.media import probe_mp4

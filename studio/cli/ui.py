@@ -1,0 +1,26 @@
+"""`omni-studio ui`: the web studio."""
+
+from __future__ import annotations
+
+import argparse
+
+from studio.cli.flags import Subcommands
+from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
+
+PAGE_FIELDS = ("host", "port", "share", "auth", "insecure", "outputs_dir")
+
+
+def register(sub: Subcommands) -> None:
+    parser = sub.add_parser("ui", help="start the web studio", description="The web studio on its engine.")
+    add_engine_flags(parser)
+    add_studio_flags(parser.add_argument_group("page"), PAGE_FIELDS)
+
+
+def run(args: argparse.Namespace) -> int:
+    from studio.startup import collector_paused
+
+    settings = studio_settings(args)
+    with collector_paused():
+        from studio.ui.launch import launch_ui
+
+    return launch_ui(settings)

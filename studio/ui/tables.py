@@ -1,0 +1,135 @@
+"""What the page's tables show, as DataFrames with named columns and rounded numbers (gr.Dataframe renders
+them), plus the few lines of text beside them. No gradio here and no actions (handlers.py)."""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from typing import Any
+
+import pandas as pd
+
+from studio.backend.board import RequestBoard
+from studio.backend.controller import StudioController
+from studio.backend.request_state import RequestState, RequestView
+from studio.backend.stats import LatencySummary
+
+REQUEST_ROWS = 300
+STATE_LABELS = {
+    RequestState.WAITING: "waiting in the studio",
+    RequestState.QUEUED: "queued at the server",
+}
+REQUEST_COLUMNS = ["id", "prompt", "tier", "state", "progress", "elapsed s", "queue s", "inference s", "ETA s", "note"]
+STATS_COLUMNS = [
+    "requests",
+    "p50 s",
+    "p90 s",
+    "p99 s",
+    "max s",
+    "mean queue wait s",
+    "mean inference s",
+    "videos/min",
+]
+HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "requests", "done", "failed"]
+RUN_REQUEST_COLUMNS = ["id", "prompt", "state", "latency s", "seed", "error"]
+
+
+def short(request_id: str) -> str:
+    return request_id.removeprefix("req_")[:8]
+
+
+def rounded(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def frame(rows: list[list[Any]], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ---- Generate tab ----------------------------------------------------------------------------------
+def request_table(board: RequestBoard, now: float | None = None) -> pd.DataFrame:
+    now = now or time.time()
+    rows = []
+    for view in board.views()[:REQUEST_ROWS]:
+        t = view.timings
+        progress = board.progress(view, now)
+        note = view.error or ""
+        if view.guardrail_blocked:
+            note = "blocked by guardrails: " + note
+        elif progress.estimated and not view.state.finished:
+            note = "progress estimated from earlier requests of this shape"
+        rows.append(
+            [
+                short(view.id),
+                view.request.prompt[:80],
+                view.tier or view.request.size,
+                STATE_LABELS.get(view.state, str(view.state)),
+                f"{progress.percent:.0f}%",
+                round(view.elapsed_s, 1),
+                rounded(t.queue_wait_s),
+                rounded(t.inference_s),
+                rounded(progress.eta_s, 1),
+                note[:200],
+            ]
+        )
+    return frame(rows, REQUEST_COLUMNS)
+
+
+def counts_line(summary: LatencySummary, active: int) -> str:
+    return (
+        f"**{summary.completed} completed** · {summary.failed} failed · {summary.cancelled} cancelled · "
+        f"{active} in flight"
+    )
+
+
+def stats_table(summary: LatencySummary) -> pd.DataFrame:
+    """Latency percentiles, mean queue wait and inference, and throughput: all requests, then each tier."""
+
+    def row(name: str, s: LatencySummary) -> list[Any]:
+        figures = (s.latency_p50_s, s.latency_p90_s, s.latency_p99_s, s.latency_max_s)
+        means = (s.queue_wait_mean_s, s.inference_mean_s, s.throughput_per_min)
+        return [name, *(rounded(value) for value in (*figures, *means))]
+
+    rows = [row("all", summary), *(row(tier, s) for tier, s in summary.per_tier.items())]
+    return frame(rows, STATS_COLUMNS)
+
+
+def details_markdown(view: RequestView) -> str:
+    params = json.dumps(view.request.parameters(), indent=1)
+    t = view.timings
+
+    def seconds(value: float | None) -> str:
+        return "–" if value is None else f"{value:.2f} s"
+
+    return (
+        f"**{html.escape(view.request.prompt[:300])}**\n\n"
+        f"latency {seconds(t.latency_s)} · queue {seconds(t.queue_wait_s)} · inference {seconds(t.inference_s)} · "
+        f"seed {view.request.seed} · job `{html.escape(view.job_id or '')}`\n\n```json\n{params}\n```"
+    )
+
+
+# ---- History tab -----------------------------------------------------------------------------------
+def history_table(controller: StudioController) -> pd.DataFrame:
+    rows = []
+    for run in controller.store.recent_runs(100):
+        spec = run["spec"]
+        prompts = spec.get("prompts", [])
+        rows.append(
+            [
+                run["id"],
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["created_at"])),
+                (prompts[0][:60] + (f" (+{len(prompts) - 1})" if len(prompts) > 1 else "")) if prompts else "",
+                spec.get("tier"),
+                run["requests"],
+                run["done"] or 0,
+                run["failed"] or 0,
+            ]
+        )
+    return frame(rows, HISTORY_COLUMNS)
+
+
+def run_request_table(requests: list[dict[str, Any]]) -> pd.DataFrame:
+    """The requests of one run (handlers.run_requests_flat's rows)."""
+    rows = [[r["id"], r["prompt"][:60], r["state"], rounded(r["latency_s"]), r["seed"], r["error"]] for r in requests]
+    return frame(rows, RUN_REQUEST_COLUMNS)

@@ -1,0 +1,48 @@
+"""Requests an earlier studio left at servers: the ones whose server is gone are marked lost with the reason;
+the others become queued requests followed by their job ids."""
+
+import asyncio
+import socket
+
+from studio.backend.recovery import follow_up, leftovers_to_follow, views_from_history
+from studio.backend.request_state import RequestState
+from studio.backend.router import EndpointPool
+from studio.backend.store import OutputStore
+from studio.protocol import VideoRequest
+
+
+def refused_url() -> str:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_leftovers_of_a_gone_server_are_marked_lost(tmp_path):
+    store = OutputStore(tmp_path)
+    gone = refused_url()
+    store.add_run("run_1", {}, 0.0)
+    request = VideoRequest(prompt="left behind", width=320, height=192, num_frames=33)
+    store.add_request("req_1", "run_1", 0, 1.0, request.prompt, request.parameters())
+    store.update_request("req_1", state="queued", job_id="video_1", endpoint=gone)
+
+    leftovers = asyncio.run(leftovers_to_follow(store))
+    assert leftovers is not None and leftovers[1] == []
+    row = store.request_row("req_1")
+    assert row["state"] == "lost" and gone in row["error"]
+    assert asyncio.run(leftovers_to_follow(store)) is None  # nothing left to follow
+
+
+def test_a_row_left_at_a_server_is_followed_by_its_job_id(tmp_path):
+    store = OutputStore(tmp_path)
+    request = VideoRequest(prompt="left behind", width=320, height=192, num_frames=33, seed=7)
+    store.add_run("run_1", {}, 0.0)
+    store.add_request("req_1", "run_1", 0, 1.0, request.prompt, request.parameters())
+    store.update_request("req_1", state="running", job_id="video_1", endpoint="http://127.0.0.1:9000")
+    (view,) = views_from_history(store.resumable())
+    assert view.state is RequestState.QUEUED and view.job_id == "video_1" and view.request.seed == 7
+    assert view.timings.created == 1.0
+
+    followed = follow_up(view, EndpointPool.from_urls(["http://127.0.0.1:9000"]))
+    assert followed.follow is not None and followed.follow[1].id == "video_1" and followed.failure is None
+    elsewhere = follow_up(view, EndpointPool.from_urls(["http://127.0.0.1:9001"]))
+    assert elsewhere.follow is None and elsewhere.failure == "lost: the server http://127.0.0.1:9000 is gone"
