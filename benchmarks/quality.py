@@ -1,6 +1,7 @@
 """Does the model follow its prompt? Held-out prompts of the small model's grammar, generated through the engine's
-own PipelineRunner, decoded and read back: is the dominant moving object's color right, is its motion right
-(left/right/up/down/still/growing/shrinking), is the number of objects right?
+own generator, decoded and read back: is the dominant moving object's color right, is its motion right
+(left/right/up/down/still/growing/shrinking), is the number of objects right, is the shape right (per shape), and
+how many frames show exactly as many separate pieces as objects asked (no merges, splits or specks)?
 
 The prompts are combinations excluded from training (studio/smallmodel/grammar.py: heldout_scenes), in the canonical
 phrasing, e.g. "two blue squares moving up on a black background". Works with any diffusers text-to-video model dir
@@ -9,8 +10,8 @@ phrasing, e.g. "two blue squares moving up on a black background". Works with an
     python benchmarks/quality.py --model assets/omni-small-t2v --prompts 200 --seed 0 --out report/quality.json
     python benchmarks/quality.py --model assets/tiny-wan --prompts 100
 
-Prints color / direction / count accuracy (and per-motion direction accuracy); --out writes them with every
-prompt's reading as JSON.
+Prints color / direction / count / shape accuracy (per motion and per shape) and the share of frames with the
+right number of pieces; --out writes them with every prompt's reading as JSON.
 """
 
 from __future__ import annotations
@@ -50,9 +51,13 @@ class Item:
     color: str | None
     motion: str | None
     count: int
+    shape: str | None
+    pieces: list[int]
     color_ok: bool
     motion_ok: bool
     count_ok: bool
+    shape_ok: bool
+    pieces_ok: int  # frames with as many pieces as objects asked
     native_size: str
     seconds: float
     details: dict
@@ -71,6 +76,9 @@ class Report:
     color_accuracy: float
     direction_accuracy: float
     count_accuracy: float
+    shape_accuracy: float
+    shape_by_shape: dict[str, float]
+    pieces_accuracy: float  # share of all frames
     direction_by_motion: dict[str, float]
     median_generate_s: float
     through_mp4: bool
@@ -83,6 +91,10 @@ class Report:
             f"  color correct     {self.color_accuracy:6.1%}",
             f"  direction correct {self.direction_accuracy:6.1%}",
             f"  count correct     {self.count_accuracy:6.1%}",
+            f"  shape correct     {self.shape_accuracy:6.1%}  ("
+            + ", ".join(f"{k} {v:.0%}" for k, v in sorted(self.shape_by_shape.items()))
+            + ")",
+            f"  frames with the right number of pieces {self.pieces_accuracy:6.1%}",
             "  direction by motion: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(self.direction_by_motion.items())),
             f"  median generate time {self.median_generate_s:.2f} s per clip",
         ]
@@ -97,39 +109,40 @@ def pick_prompts(n: int, seed: int) -> list[tuple[Scene, int]]:
 
 
 class GroundTruthSource:
-    """The clip generator itself, shaped like the model's output (9 key frames interpolated, resized)."""
+    """The clip generator itself, shaped like the model's output (every frame drawn on the model's native canvas,
+    shapes' borders as soft as the model learns them, resized to the request)."""
 
-    def __init__(self) -> None:
-        from studio.engine.pipeline import resize_frames
+    def __init__(self, model_dir: Path = DEFAULT_MODEL) -> None:
+        from studio.engine.frames import resize_frames
         from studio.smallmodel.clips import render_scenes
-        from studio.smallmodel.pipeline import interpolate_frames, native_size_for
+        from studio.smallmodel.pipeline import OmniSmallT2VPipeline
 
-        self._resize, self._render, self._interp, self._native = (
-            resize_frames,
-            render_scenes,
-            interpolate_frames,
-            native_size_for,
+        self._resize, self._render = resize_frames, render_scenes
+        config = OmniSmallT2VPipeline.load_config(model_dir)
+        self._pipe = OmniSmallT2VPipeline(
+            None, None, None, **{k: v for k, v in config.items() if k.startswith(("native_", "draw_"))}
         )
 
     def generate(
         self, scene: Scene, width: int, height: int, frames: int, seed: int
     ) -> tuple[np.ndarray, tuple[int, int]]:
-        nw, nh = self._native(width, height, 24, 40)
-        video, _ = self._render([scene], nw, nh, 9, seed=seed, variety="canonical")
-        video = self._interp(video, frames)[0]
-        array = (video.numpy() * 255.0 + 0.5).astype(np.uint8)
+        nw, nh = self._pipe.native_size(width, height)
+        # The model learns borders one pixel of its native canvas wide, as the renderer draws them there.
+        video, _ = self._render([scene], nw, nh, frames, seed=seed, variety="canonical")
+        array = (video[0].numpy() * 255.0 + 0.5).astype(np.uint8)
         return self._resize(array, width, height), (nw, nh)
 
 
 class RunnerSource:
-    """Any diffusers pipeline dir through the engine's PipelineRunner, as the studio runs it."""
+    """Any diffusers pipeline dir through the engine's VideoGenerator, as the studio runs it."""
 
     def __init__(self, model: str, device: str, threads: int | None, steps: int, guidance: float) -> None:
         import studio.smallmodel  # noqa: F401  registers OmniSmallT2VPipeline with diffusers
-        from studio.engine.pipeline import GenerationParams, PipelineRunner
+        from studio.engine.generation import GenerationParams
+        from studio.engine.generator import VideoGenerator
 
         self._params = GenerationParams
-        self.runner = PipelineRunner(model, device=device, threads=threads)
+        self.runner = VideoGenerator(model, device=device, threads=threads)
         self.runner.load()
         self.steps, self.guidance = steps, guidance
 
@@ -185,6 +198,7 @@ def evaluate(
         if through_mp4:  # what a user gets: H.264 at the engine's quality, decoded again
             video = mp4_round_trip(video, threads=threads or 0)
         reading = read_video(video)
+        pieces_ok = sum(p == scene.count for p in reading.pieces)
         item = Item(
             prompt=scene.prompt,
             seed=clip_seed,
@@ -193,25 +207,32 @@ def evaluate(
             color=reading.color,
             motion=reading.motion,
             count=reading.count,
+            shape=reading.shape,
+            pieces=reading.pieces,
             color_ok=reading.color == scene.color,
             motion_ok=reading.motion == scene.motion,
             count_ok=reading.count == scene.count,
+            shape_ok=reading.shape == scene.shape,
+            pieces_ok=pieces_ok,
             native_size=f"{made[0]}x{made[1]}",
             seconds=round(seconds, 3),
             details=reading.details,
         )
         items.append(item)
         if progress:
-            marks = "".join("+" if ok else "-" for ok in (item.color_ok, item.motion_ok, item.count_ok))
+            marks = "".join("+" if ok else "-" for ok in (item.color_ok, item.motion_ok, item.count_ok, item.shape_ok))
             print(
                 f"[{index + 1:4d}/{prompts}] {marks} {scene.prompt!r}: {reading.color} {reading.motion} "
-                f"x{reading.count} ({seconds:.2f} s)",
+                f"x{reading.count} {reading.shape}, pieces right in {pieces_ok}/{len(reading.pieces)} frames "
+                f"({seconds:.2f} s)",
                 file=sys.stderr,
                 flush=True,
             )
     by_motion: dict[str, list[bool]] = defaultdict(list)
+    by_shape: dict[str, list[bool]] = defaultdict(list)
     for item in items:
         by_motion[item.truth["motion"]].append(item.motion_ok)
+        by_shape[item.truth["shape"]].append(item.shape_ok)
     n = max(1, len(items))
     return Report(
         model=model,
@@ -225,6 +246,9 @@ def evaluate(
         color_accuracy=sum(i.color_ok for i in items) / n,
         direction_accuracy=sum(i.motion_ok for i in items) / n,
         count_accuracy=sum(i.count_ok for i in items) / n,
+        shape_accuracy=sum(i.shape_ok for i in items) / n,
+        shape_by_shape={k: sum(v) / len(v) for k, v in by_shape.items()},
+        pieces_accuracy=sum(i.pieces_ok for i in items) / max(1, sum(len(i.pieces) for i in items)),
         direction_by_motion={k: sum(v) / len(v) for k, v in by_motion.items()},
         median_generate_s=statistics.median(i.seconds for i in items) if items else 0.0,
         through_mp4=through_mp4,

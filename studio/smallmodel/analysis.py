@@ -1,8 +1,9 @@
-"""Reading a decoded video back into the grammar's terms: the dominant moving object's color, its motion, and
-how many objects there are. Used by the quality benchmark and the tests; works on any model's output.
+"""Reading a decoded video back into the grammar's terms: the dominant moving object's color, its motion, how
+many objects there are, their shape and how many separate pieces each frame shows. Used by the quality benchmark
+and the tests; works on any model's output.
 
     reading = read_video(frames)            # frames: uint8 (T, H, W, 3) at any size
-    reading.color, reading.motion, reading.count
+    reading.color, reading.motion, reading.count, reading.shape, reading.pieces
 
 Method: scale to a short side of 48 px; take the background as the per-channel median of the first, middle and last
 frame; call a pixel foreground when a channel differs from the background by more than 0.25; label 4-connected
@@ -11,10 +12,19 @@ largest component of the middle frame, tracked through the clip by nearest centr
 nearest to the median of its strongest pixels; its motion compares the first and last quarter of the clip: area up
 (or down) by 1.6x -> growing (shrinking), else centroid moved less than 8% of the frame -> still, else the larger of
 the horizontal and vertical displacement gives left/right/up/down.
+
+Pieces: the number of components per frame (a merge, a split or a speck changes it). Shape: each component of
+at least SHAPE_MIN_AREA px is measured on its coverage (how far each pixel is from the background towards the
+object's color, 0 to 1): its fill of its bounding box (area over the product of the box's soft width and height,
+the columns' and rows' largest coverage summed) and how far its mass sits below the middle of its box, in box
+heights. A square fills its box (1), a circle about pi / 4, an upward triangle and a diamond half of it; the
+triangle's mass sits a sixth of its height low, the diamond's in the middle. Every measured component votes;
+the shape with most votes is the video's.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +38,10 @@ FOREGROUND_THRESHOLD = 0.25
 MIN_AREA = 3
 GROWTH_RATIO = 1.6
 STILL_DISPLACEMENT = 0.08
+SHAPE_MIN_AREA = 16
+SQUARE_FILL = 0.89  # a square fills its box (1.0), a circle pi / 4 = 0.785
+CIRCLE_FILL = 0.65  # a circle 0.785, a diamond or a triangle 0.5
+LOW_MASS = 0.08  # an upward triangle's mass sits 1/6 of its height below its box's middle, the others' at it
 
 _PALETTE_NAMES = tuple(COLORS)
 _PALETTE = torch.tensor([COLORS[name] for name in _PALETTE_NAMES], dtype=torch.float32) / 255.0
@@ -38,7 +52,30 @@ class VideoReading:
     color: str | None
     motion: str | None
     count: int
+    shape: str | None = None
+    pieces: list[int] = field(default_factory=list)  # components per frame
     details: dict = field(default_factory=dict)
+
+
+def shape_of(fill: float, low_mass: float) -> str:
+    """The grammar's shape with this fill of its bounding box and mass offset below the box's middle."""
+    if low_mass > LOW_MASS:
+        return "triangle"
+    if fill >= SQUARE_FILL:
+        return "square"
+    return "circle" if fill >= CIRCLE_FILL else "diamond"
+
+
+def measure_shape(coverage: torch.Tensor) -> tuple[float, float]:
+    """(fill of the bounding box, mass offset below the box's middle in box heights) of one object's coverage
+    (h, w) in [0, 1]."""
+    columns, rows = coverage.amax(dim=0), coverage.amax(dim=1)
+    width, height = float(columns.sum()), float(rows.sum())
+    area = float(coverage.sum())
+    ys = torch.arange(coverage.shape[0], dtype=coverage.dtype)
+    mass_y = float((coverage.sum(dim=1) * ys).sum()) / max(area, 1e-6)
+    box_middle = float((rows * ys).sum()) / max(height, 1e-6)
+    return area / max(width * height, 1e-6), (mass_y - box_middle) / max(height, 1e-6)
 
 
 def _downscale(frames: np.ndarray) -> torch.Tensor:
@@ -69,8 +106,23 @@ def label_components(mask: torch.Tensor) -> torch.Tensor:
     return labels
 
 
-def _components(labels: torch.Tensor, strength: torch.Tensor, video: torch.Tensor, frame: int) -> list[dict]:
-    """Components of one frame with area >= MIN_AREA: area, centroid (x, y), a robust color."""
+def _coverage(where: torch.Tensor, image: torch.Tensor, color: torch.Tensor, background: torch.Tensor):
+    """(h, w) coverage in [0, 1] of one component (and the pixel ring around it, its soft edge) in an image (3, H, W):
+    each pixel's share of the way from the background to the object's color."""
+    ys, xs = torch.nonzero(where, as_tuple=True)
+    top, bottom = max(0, int(ys.min()) - 1), int(ys.max()) + 2
+    left, right = max(0, int(xs.min()) - 1), int(xs.max()) + 2
+    near = F.max_pool2d(where[None, None].float(), 3, stride=1, padding=1)[0, 0, top:bottom, left:right] > 0
+    direction = color - background
+    share = ((image[:, top:bottom, left:right] - background.view(3, 1, 1)) * direction.view(3, 1, 1)).sum(0)
+    return torch.where(near, share / direction.pow(2).sum().clamp(min=1e-6), 0.0).clamp(0.0, 1.0)
+
+
+def _components(
+    labels: torch.Tensor, strength: torch.Tensor, video: torch.Tensor, frame: int, background: torch.Tensor
+) -> list[dict]:
+    """Components of one frame with area >= MIN_AREA: area, centroid (x, y), a robust color, and (area >=
+    SHAPE_MIN_AREA) its shape."""
     found = []
     frame_labels = labels[frame]
     for value in torch.unique(frame_labels):
@@ -84,13 +136,12 @@ def _components(labels: torch.Tensor, strength: torch.Tensor, video: torch.Tenso
         s = strength[frame][where]
         core = s >= 0.5 * s.max()
         pixels = video[frame].permute(1, 2, 0)[where][core]
+        color = pixels.median(0).values
+        shape = None
+        if area >= SHAPE_MIN_AREA:
+            shape = shape_of(*measure_shape(_coverage(where, video[frame], color, background)))
         found.append(
-            {
-                "area": area,
-                "x": float(xs.float().mean()),
-                "y": float(ys.float().mean()),
-                "color": pixels.median(0).values,
-            }
+            {"area": area, "x": float(xs.float().mean()), "y": float(ys.float().mean()), "color": color, "shape": shape}
         )
     return found
 
@@ -107,15 +158,17 @@ def read_video(frames: np.ndarray) -> VideoReading:
     background = video[keys].permute(1, 0, 2, 3).reshape(3, -1).median(dim=1).values
     strength = (video - background.view(1, 3, 1, 1)).abs().amax(dim=1)  # (T, h, w)
     labels = label_components(strength > FOREGROUND_THRESHOLD)
-    per_frame = [_components(labels, strength, video, i) for i in range(t)]
+    per_frame = [_components(labels, strength, video, i, background) for i in range(t)]
     counts = [len(c) for c in per_frame]
     count = int(np.median(counts)) if counts else 0
-    details: dict = {"background": [round(float(v), 3) for v in background], "counts": counts}
+    votes = Counter(c["shape"] for components in per_frame for c in components if c["shape"] is not None)
+    shape = votes.most_common(1)[0][0] if votes else None
+    details: dict = {"background": [round(float(v), 3) for v in background], "shape_votes": dict(votes)}
     middle = t // 2
     if not per_frame[middle]:
         candidates = [i for i in range(t) if per_frame[i]]
         if not candidates:
-            return VideoReading(None, None, count, details)
+            return VideoReading(None, None, count, shape, counts, details)
         middle = min(candidates, key=lambda i: abs(i - t // 2))
     anchor = max(per_frame[middle], key=lambda c: c["area"])
     track: dict[int, dict] = {middle: anchor}
@@ -157,4 +210,4 @@ def read_video(frames: np.ndarray) -> VideoReading:
             "color_rgb": [round(float(v), 3) for v in anchor["color"]],
         }
     )
-    return VideoReading(color, motion, count, details)
+    return VideoReading(color, motion, count, shape, counts, details)

@@ -2,6 +2,8 @@
 
 Everything is vectorised over a batch so training can render its data on the GPU at no cost. Sizes are in
 pixels of the clip being rendered; object sizes scale with the clip's short side, motion spans the clip.
+`render_points` draws a layout at any points of space and time (what the small model learns to draw),
+`render_clips` on a pixel grid of evenly spaced frames.
 
     layouts = sample_layouts([scene, ...], width=80, height=48, generator=torch.Generator().manual_seed(0))
     video = render_clips(layouts, width=80, height=48, num_frames=9)   # (B, T, H, W, 3) floats in [0, 1]
@@ -21,6 +23,8 @@ BACKGROUND_NAMES = tuple(BACKGROUNDS)
 # How far a shape reaches from its center, in units of its size parameter r (the triangle reaches furthest).
 EXTENT = 1.25
 GAP = 0.08  # least space between two objects, in units of the short side
+# How far the canonical layout's seed-drawn placement shifts a whole scene along each axis (short sides).
+PLACEMENT = 0.08
 
 
 @dataclass
@@ -41,12 +45,18 @@ class Layouts:
 
     def centers(self, num_frames: int) -> torch.Tensor:
         """(B, T, 2, 2) object centers per frame."""
-        phase = _phases(num_frames, self.start.device).view(1, -1, 1, 1)
-        return self.start.unsqueeze(1) + (self.end - self.start).unsqueeze(1) * phase
+        return self.centers_at(_phases(num_frames, self.start.device).expand(len(self.count), -1))
 
     def sizes(self, num_frames: int) -> torch.Tensor:
         """(B, T) size parameter per frame."""
-        phase = _phases(num_frames, self.start.device).view(1, -1)
+        return self.sizes_at(_phases(num_frames, self.start.device).expand(len(self.count), -1))
+
+    def centers_at(self, phase: torch.Tensor) -> torch.Tensor:
+        """(B, N, 2, 2) object centers at phases (B, N) of the clip (0 first frame, 1 last)."""
+        return self.start.unsqueeze(1) + (self.end - self.start).unsqueeze(1) * phase[..., None, None]
+
+    def sizes_at(self, phase: torch.Tensor) -> torch.Tensor:
+        """(B, N) size parameter at phases (B, N)."""
         return self.size_start.unsqueeze(1) + (self.size_end - self.size_start).unsqueeze(1) * phase
 
 
@@ -64,16 +74,28 @@ def _uniform(generator: torch.Generator | None, n: int, low: torch.Tensor | floa
 VARIETIES = ("full", "canonical")
 
 
+def sample_placements(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(n, 2) seed-drawn shifts (x, y) of canonical scenes, in short sides, uniform within +-PLACEMENT."""
+    return (torch.rand(n, 2, generator=generator, dtype=torch.float64) * 2.0 - 1.0).float() * PLACEMENT
+
+
 def sample_layouts(
-    scenes: list[Scene], width: int, height: int, generator: torch.Generator | None = None, variety: str = "full"
+    scenes: list[Scene],
+    width: int,
+    height: int,
+    generator: torch.Generator | None = None,
+    variety: str = "full",
+    placement: torch.Tensor | None = None,
 ) -> Layouts:
     """Random placements for scenes in a width x height clip (CPU, float64 maths, float32 result).
 
     variety "full": sizes 9-14% of the short side, translations travel 35-60% of the frame along their axis from
-    anywhere, objects anywhere. variety "canonical" (what the shipped model learns; fewer choices, so a small net
-    learns it from little data): fixed sizes, translations cross the middle half of the frame (25% -> 75%), objects
-    near the middle across the motion, a pair centered and evenly apart. Both: growing/shrinking goes from 0.5x to
-    1.5x (or back); two objects sit side by side across the motion, never touching, and move together.
+    anywhere, objects anywhere. variety "canonical" (what the shipped model learns): one layout per scene, shifted
+    as a whole by `placement` ((B, 2) short sides, drawn from `generator` when not given): fixed sizes,
+    translations cross the middle of the frame, objects in the middle across the motion, a pair centered and
+    evenly apart. The scene and its placement decide the clip, so the model that learns it draws the shapes
+    themselves rather than an average over places. Both: growing/shrinking goes from 0.5x to 1.5x (or back);
+    two objects sit side by side across the motion, never touching, and move together.
     """
     if variety not in VARIETIES:
         raise ValueError(f"variety must be one of {VARIETIES}, got {variety!r}")
@@ -121,18 +143,19 @@ def sample_layouts(
     jitter = torch.where(count == 2, jitter, 0.0)
 
     if variety == "canonical":
+        # A still pair sits along the longer side, side by side on a square canvas: nothing left to chance.
+        sep_vertical = torch.where(translate, ~vertical_motion, torch.full((n,), height > width))
+        length_sep = torch.where(sep_vertical, float(height), float(width)).double()
+        length_other = torch.where(sep_vertical, float(width), float(height)).double()
         r0 = torch.where(sizing, 0.085, 0.12).double() * short
         r_max = torch.where(sizing, 1.5 * r0, r0)
-        margin = EXTENT * r_max + 1.0
+        margin = EXTENT * r_max + 1.0 + PLACEMENT * short  # room for the placement
         room = (length_other - 2 * margin).clamp(min=0.0)
         travel = torch.where(translate, torch.minimum(0.5 * length_other, room), 0.0)
-        middle = length_other / 2 + torch.where(translate, 0.0, _uniform(generator, n, -0.1, 0.1) * length_other)
-        other_start = middle - sign * travel / 2
+        other_start = length_other / 2 - sign * travel / 2
         other_end = other_start + sign * travel
         span = torch.where(count == 2, torch.maximum(2 * EXTENT * r_max + gap, 0.45 * length_sep), 0.0)
-        center = length_sep / 2 + _uniform(generator, n, -0.15, 0.15) * length_sep * torch.where(count == 2, 0.3, 1.0)
-        center = torch.minimum(torch.maximum(center, margin + span / 2), length_sep - margin - span / 2)
-        s1, s2 = center - span / 2, center + span / 2
+        s1, s2 = length_sep / 2 - span / 2, length_sep / 2 + span / 2
         jitter = torch.zeros(n, dtype=torch.float64)
 
     def xy(sep: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -142,6 +165,9 @@ def sample_layouts(
 
     start = torch.stack([xy(s1, other_start), xy(s2, other_start + jitter)], dim=1)
     end = torch.stack([xy(s1, other_end), xy(s2, other_end + jitter)], dim=1)
+    if variety == "canonical":
+        shift = (sample_placements(n, generator) if placement is None else placement).double() * short
+        start, end = start + shift[:, None], end + shift[:, None]
     grow = torch.tensor([m == "growing" for m in motion])
     shrink = torch.tensor([m == "shrinking" for m in motion])
     size_start = torch.where(grow, 0.5 * r0, torch.where(shrink, 1.5 * r0, r0))
@@ -173,39 +199,53 @@ def _sdf(shape: str, dx: torch.Tensor, dy: torch.Tensor, r: torch.Tensor) -> tor
     return torch.maximum(ty - rho, (math.sqrt(3.0) / 2.0) * adx - 0.5 * ty - rho)
 
 
-def render_clips(layouts: Layouts, width: int, height: int, num_frames: int) -> torch.Tensor:
-    """(B, T, H, W, 3) float32 clips in [0, 1], on the layouts' device."""
-    device = layouts.start.device
-    centers = layouts.centers(num_frames)  # (B, T, 2, 2)
-    sizes = layouts.sizes(num_frames)  # (B, T)
-    x = (torch.arange(width, device=device, dtype=torch.float32) + 0.5).view(1, 1, 1, -1)
-    y = (torch.arange(height, device=device, dtype=torch.float32) + 0.5).view(1, 1, -1, 1)
-    b = layouts.count.shape[0]
-    alpha = torch.zeros(b, num_frames, height, width, device=device)
-    # Each shape's distance function only over the clips (and objects) that have it.
-    for index, shape in enumerate(SHAPES):
-        for k in range(2):
-            chosen = torch.nonzero((layouts.shape == index) & (layouts.count > k)).flatten()
-            if chosen.numel() == 0:
-                continue
-            c = centers[chosen, :, k]  # (n, T, 2)
-            dx = x - c[:, :, 0, None, None]
-            dy = y - c[:, :, 1, None, None]
-            r = sizes[chosen][:, :, None, None]
-            coverage = (0.5 - _sdf(shape, dx, dy, r)).clamp(0.0, 1.0)
-            # Objects never overlap: coverages add up to at most 1.
-            alpha.index_add_(0, chosen, coverage)
+def render_points(layouts: Layouts, points: torch.Tensor, edge: float = 1.0) -> torch.Tensor:
+    """(B, N, 3) colors in [0, 1] of the layouts at points (B, N, 3): x, y in pixels of the clip (0 at its left and
+    top edges) and the phase (0 first frame, 1 last). `edge`: how many pixels a shape's border takes to blend."""
+    phase = points[..., 2]
+    centers = layouts.centers_at(phase)  # (B, N, 2, 2)
+    sizes = layouts.sizes_at(phase)  # (B, N)
+    alpha = torch.zeros_like(phase)
+    for k in range(2):
+        dx = points[..., 0] - centers[:, :, k, 0]
+        dy = points[..., 1] - centers[:, :, k, 1]
+        distance = torch.stack([_sdf(shape, dx, dy, sizes) for shape in SHAPES], dim=-1)
+        distance = distance.gather(-1, layouts.shape.view(-1, 1, 1).expand(-1, distance.shape[1], 1))[..., 0]
+        coverage = (0.5 - distance / edge).clamp(0.0, 1.0)
+        # Objects never overlap: coverages add up to at most 1.
+        alpha = alpha + torch.where((layouts.count > k)[:, None], coverage, 0.0)
     alpha = alpha.clamp(max=1.0).unsqueeze(-1)
-    background = layouts.background.view(-1, 1, 1, 1, 3)
-    return background + (layouts.color.view(-1, 1, 1, 1, 3) - background) * alpha
+    background = layouts.background.view(-1, 1, 3)
+    return background + (layouts.color.view(-1, 1, 3) - background) * alpha
+
+
+def grid_points(width: int, height: int, num_frames: int, device: torch.device | str) -> torch.Tensor:
+    """(T * H * W, 3) pixel centers (x, y) and phases of a clip's pixel grid, frame by frame, row by row."""
+    x = torch.arange(width, device=device, dtype=torch.float32) + 0.5
+    y = torch.arange(height, device=device, dtype=torch.float32) + 0.5
+    phase, y, x = torch.meshgrid(_phases(num_frames, device), y, x, indexing="ij")
+    return torch.stack([x, y, phase], dim=-1).view(-1, 3)
+
+
+def render_clips(layouts: Layouts, width: int, height: int, num_frames: int, edge: float = 1.0) -> torch.Tensor:
+    """(B, T, H, W, 3) float32 clips in [0, 1], on the layouts' device."""
+    b = layouts.count.shape[0]
+    points = grid_points(width, height, num_frames, layouts.start.device).expand(b, -1, -1)
+    return render_points(layouts, points, edge).view(b, num_frames, height, width, 3)
 
 
 def render_scenes(
-    scenes: list[Scene], width: int, height: int, num_frames: int, seed: int = 0, variety: str = "full"
+    scenes: list[Scene],
+    width: int,
+    height: int,
+    num_frames: int,
+    seed: int = 0,
+    variety: str = "full",
+    edge: float = 1.0,
 ) -> tuple[torch.Tensor, Layouts]:
     """Convenience: sample layouts with a seed and render them on the CPU."""
     layouts = sample_layouts(scenes, width, height, torch.Generator().manual_seed(seed), variety)
-    return render_clips(layouts, width, height, num_frames), layouts
+    return render_clips(layouts, width, height, num_frames, edge), layouts
 
 
 def motion_index(name: str) -> int:

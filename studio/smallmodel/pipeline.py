@@ -1,13 +1,15 @@
 """`OmniSmallT2VPipeline`: the small pixel-space text-to-video model as a diffusers pipeline.
 
-It makes `num_frames` key frames of the denoiser (9) at a small native size picked from the requested aspect ratio
-(short side 24 px: 40x24 for 16:9, 24x24 for 1:1, 32x24 for 4:3, 24x40 for 9:16), then interpolates them in time
-to the requested frame count. It returns its native size; the caller resizes (the engine's runner does, and
-records the native size in the job and its sidecar).
+It samples the denoiser's key frames (9) by rectified flow on a small canvas picked from the requested aspect ratio
+(short side 24 px: 40x24 for 16:9, 24x24 for 1:1, 32x24 for 4:3, 24x40 for 9:16), then has the field draw every
+requested frame from the finished key frames on a canvas `draw_scale` times larger (80x48 for 16:9): the frames
+between key frames are the motion itself and edges are drawn at that size, not blended or blown up. It returns
+that native size; the caller resizes (the engine's runner does, and records the native size in the job and its
+sidecar). The seed draws the noise and the scene's placement (a small shift of the whole scene).
 
     pipe = OmniSmallT2VPipeline.from_pretrained("assets/omni-small-t2v")
     out = pipe("a red circle moving left on white", width=448, height=256, num_frames=33)
-    out.frames.shape, out.native_size   # (1, 33, 24, 40, 3), (40, 24)
+    out.frames.shape, out.native_size   # (1, 33, 48, 80, 3), (80, 48)
 
 The model was trained without empty prompts, so it takes no classifier-free guidance and no negative prompt;
 the runner passes only the arguments a pipeline's `__call__` names.
@@ -24,6 +26,7 @@ from diffusers import DiffusionPipeline, FlowMatchEulerDiscreteScheduler
 from diffusers.utils import BaseOutput
 from diffusers.utils.torch_utils import randn_tensor
 
+from studio.smallmodel.clips import sample_placements
 from studio.smallmodel.field import OmniFieldDenoiser
 from studio.smallmodel.text import OmniTextEncoder
 
@@ -48,19 +51,6 @@ def native_size_for(width: int, height: int, short_side: int, long_side_max: int
     return (long_side, short_side) if width >= height else (short_side, long_side)
 
 
-def interpolate_frames(video: torch.Tensor, num_frames: int) -> torch.Tensor:
-    """(B, K, ...) -> (B, num_frames, ...) by linear interpolation over time (end frames kept)."""
-    k = video.shape[1]
-    if num_frames == k:
-        return video
-    if k == 1 or num_frames == 1:
-        return video[:, :1].expand(-1, num_frames, *video.shape[2:])
-    position = torch.linspace(0.0, k - 1, num_frames, device=video.device, dtype=torch.float64)
-    low = position.floor().long().clamp(max=k - 2)
-    frac = (position - low).to(video.dtype).view(1, -1, *([1] * (video.ndim - 2)))
-    return video[:, low] * (1.0 - frac) + video[:, low + 1] * frac
-
-
 class OmniSmallT2VPipeline(DiffusionPipeline):
     """Text-to-video with the Omni Studio small model (pixel space, rectified flow, clean-clip prediction)."""
 
@@ -77,16 +67,24 @@ class OmniSmallT2VPipeline(DiffusionPipeline):
         scheduler: FlowMatchEulerDiscreteScheduler,
         native_short_side: int = 24,
         native_long_side_max: int = 40,
+        draw_scale: int = 2,
     ) -> None:
         super().__init__()
         self.register_modules(text_encoder=text_encoder, transformer=transformer, scheduler=scheduler)
-        self.register_to_config(native_short_side=native_short_side, native_long_side_max=native_long_side_max)
+        self.register_to_config(
+            native_short_side=native_short_side, native_long_side_max=native_long_side_max, draw_scale=draw_scale
+        )
 
-    def native_size(self, width: int | None, height: int | None) -> tuple[int, int]:
-        """(width, height) the model makes for a requested size."""
+    def key_size(self, width: int | None, height: int | None) -> tuple[int, int]:
+        """(width, height) of the key frames the flow samples for a requested size."""
         return native_size_for(
             width or 448, height or 256, self.config.native_short_side, self.config.native_long_side_max
         )
+
+    def native_size(self, width: int | None, height: int | None) -> tuple[int, int]:
+        """(width, height) the model makes (draws its frames at) for a requested size."""
+        key_w, key_h = self.key_size(width, height)
+        return key_w * self.config.draw_scale, key_h * self.config.draw_scale
 
     @torch.no_grad()
     def __call__(
@@ -115,12 +113,15 @@ class OmniSmallT2VPipeline(DiffusionPipeline):
                 raise ValueError(f"callback tensor input {name!r} not in {self._callback_tensor_inputs}")
         device = self._execution_device
         denoiser = self.transformer
+        key_w, key_h = self.key_size(width, height)
         native_w, native_h = self.native_size(width, height)
-        shape = (len(prompts), denoiser.config.in_channels, denoiser.config.num_frames, native_h, native_w)
+        shape = (len(prompts), denoiser.config.in_channels, denoiser.config.num_frames, key_h, key_w)
         if latents is None:
             latents = randn_tensor(shape, generator=generator, device=device, dtype=torch.float32)
         else:
             latents = latents.to(device=device, dtype=torch.float32)
+        generators = generator if isinstance(generator, list) else [generator] * len(prompts)
+        placement = torch.cat([sample_placements(1, g) for g in generators]).to(device, denoiser.dtype)
         states, mask = self.text_encoder.encode(prompts, device)
         states = states.to(denoiser.dtype)
 
@@ -131,7 +132,7 @@ class OmniSmallT2VPipeline(DiffusionPipeline):
         with self.progress_bar(total=num_inference_steps) as progress:
             for i, t in enumerate(self.scheduler.timesteps):
                 sigma = (t / scale).to(device=device, dtype=torch.float32).reshape(1)
-                clean = denoiser(latents.to(denoiser.dtype), sigma, states, mask).float()
+                clean = denoiser(latents.to(denoiser.dtype), sigma, states, mask, placement=placement).float()
                 # x_s = (1 - s) x0 + s noise, so the flow's velocity is (x_s - x0) / s.
                 velocity = (latents - clean) / sigma.view(1, 1, 1, 1, 1).clamp(min=1e-4)
                 latents = self.scheduler.step(velocity, t, latents, return_dict=False)[0]
@@ -141,9 +142,17 @@ class OmniSmallT2VPipeline(DiffusionPipeline):
                     latents = outputs.get("latents", latents)
                 progress.update()
 
-        # (B, 3, K, h, w) in [-1, 1] -> (B, T, h, w, 3) in [0, 1]
-        video = ((latents.clamp(-1.0, 1.0) + 1.0) / 2.0).permute(0, 2, 3, 4, 1)
-        video = interpolate_frames(video, num_frames).clamp(0.0, 1.0)
+        # The flow ends on the clean key frames (noise level 0); from them the field draws every requested frame
+        # on the native canvas: (B, 3, T, H, W) in [-1, 1] -> (B, T, H, W, 3) in [0, 1].
+        drawn = denoiser(
+            latents.to(denoiser.dtype),
+            torch.zeros(1, device=device),
+            states,
+            mask,
+            placement=placement,
+            grid=(num_frames, native_h, native_w),
+        ).float()
+        video = ((drawn.clamp(-1.0, 1.0) + 1.0) / 2.0).permute(0, 2, 3, 4, 1)
         self.maybe_free_model_hooks()
         if output_type == "pt":
             frames = video.permute(0, 1, 4, 2, 3).contiguous()

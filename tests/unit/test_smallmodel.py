@@ -9,10 +9,20 @@ import pytest
 import torch
 
 import studio.smallmodel  # noqa: F401  registers the pipeline class with diffusers
-from studio.engine.pipeline import GenerationCancelled, GenerationParams, PipelineRunner, resize_frames
+from studio.engine.frames import resize_frames
+from studio.engine.generation import GenerationCancelled, GenerationParams
+from studio.engine.generator import VideoGenerator
 from studio.smallmodel import OmniFieldDenoiser, OmniSmallT2VPipeline, OmniTextEncoder, build_pipeline
-from studio.smallmodel.analysis import label_components, read_video
-from studio.smallmodel.clips import EXTENT, render_clips, render_scenes, sample_layouts
+from studio.smallmodel.analysis import label_components, measure_shape, read_video, shape_of
+from studio.smallmodel.clips import (
+    EXTENT,
+    PLACEMENT,
+    grid_points,
+    render_clips,
+    render_points,
+    render_scenes,
+    sample_layouts,
+)
 from studio.smallmodel.grammar import (
     BACKGROUNDS,
     COLORS,
@@ -29,7 +39,7 @@ from studio.smallmodel.grammar import (
     vocabulary,
     words_of,
 )
-from studio.smallmodel.pipeline import interpolate_frames, native_size_for
+from studio.smallmodel.pipeline import native_size_for
 
 TINY = {"width": 16, "depth": 1, "cond_dim": 16, "frequencies": 2}
 TINY_TEXT = {"dim": 16}
@@ -136,6 +146,29 @@ def test_rendering_is_seeded():
     assert torch.equal(render_clips(layouts, 48, 48, 3), a)
 
 
+def test_points_between_pixels_and_frames_are_drawn_where_the_motion_is():
+    scenes = [Scene(1, "red", "square", "right", "white"), Scene(2, "blue", "circle", "down", "black")]
+    layouts = sample_layouts(scenes, 80, 48, torch.Generator().manual_seed(0), "canonical")
+    grid = render_clips(layouts, 80, 48, 5)
+    points = grid_points(80, 48, 5, "cpu").expand(2, -1, -1)
+    assert torch.equal(render_points(layouts, points).view(grid.shape), grid)
+    # Half way between two frames the object's center has the object's color (not a blend of two frames).
+    phase = torch.full((2, 1), 0.375)
+    center = layouts.centers_at(phase)[:, :, 0]
+    drawn = render_points(layouts, torch.cat([center, phase[..., None]], dim=-1))[:, 0]
+    assert torch.allclose(drawn, layouts.color, atol=1e-6)
+
+
+def test_a_canonical_scene_is_its_placement_shifted():
+    scenes = _scene_sample(40)
+    zero = sample_layouts(scenes, 80, 48, None, "canonical", torch.zeros(40, 2))
+    shift = torch.tensor([[PLACEMENT, -PLACEMENT]]).expand(40, -1)
+    moved = sample_layouts(scenes, 80, 48, None, "canonical", shift)
+    assert torch.allclose(moved.start - zero.start, (shift * 48)[:, None].expand(-1, 2, -1), atol=1e-4)
+    again = sample_layouts(scenes, 80, 48, torch.Generator().manual_seed(9), "canonical", torch.zeros(40, 2))
+    assert torch.equal(again.start, zero.start)  # nothing else is random
+
+
 # --- the reader (the benchmark's eyes) ----------------------------------------------------------------------
 
 
@@ -147,15 +180,44 @@ def test_components_are_labelled_apart():
     assert len(torch.unique(labels)) == 3 and labels[0, 1, 1] != labels[0, 4, 5]
 
 
-@pytest.mark.parametrize(("size", "native"), [((448, 256), (40, 24)), ((256, 256), (24, 24)), ((256, 448), (24, 40))])
+@pytest.mark.parametrize(("size", "native"), [((448, 256), (80, 48)), ((256, 256), (48, 48)), ((256, 448), (48, 80))])
 def test_reader_reads_ground_truth_clips_exactly(size, native):
     scenes = _scene_sample(28)
-    video, _ = render_scenes(scenes, *native, 9, seed=4, variety="canonical")
-    video = interpolate_frames(video, 17)
+    video, _ = render_scenes(scenes, *native, 17, seed=4, variety="canonical")
     for b, scene in enumerate(scenes):
         frames = resize_frames((video[b].numpy() * 255 + 0.5).astype(np.uint8), *size)
         reading = read_video(frames)
-        assert (reading.color, reading.motion, reading.count) == (scene.color, scene.motion, scene.count), scene
+        assert (reading.color, reading.motion, reading.count, reading.shape) == (
+            scene.color,
+            scene.motion,
+            scene.count,
+            scene.shape,
+        ), scene
+        assert reading.pieces == [scene.count] * 17, scene
+
+
+def test_shape_measures_tell_the_four_shapes_apart():
+    size = 64
+    y, x = torch.meshgrid(torch.arange(size) + 0.5 - size / 2, torch.arange(size) + 0.5 - size / 2, indexing="ij")
+    triangle = (y <= 20) & (y >= -20 + (2 * x.abs()))  # apex up, base down
+    shapes = {
+        "square": (x.abs() <= 20) & (y.abs() <= 20),
+        "circle": x**2 + y**2 <= 400,
+        "diamond": x.abs() + y.abs() <= 20,
+        "triangle": triangle,
+    }
+    for name, mask in shapes.items():
+        fill, low = measure_shape(mask.float())
+        assert shape_of(fill, low) == name, (name, fill, low)
+    assert math.isclose(measure_shape(shapes["circle"].float())[0], math.pi / 4, abs_tol=0.02)
+
+
+def test_reader_counts_a_speck_as_a_piece():
+    frames = np.full((5, 96, 160, 3), 245, dtype=np.uint8)
+    frames[:, 30:60, 30:60] = (220, 30, 30)
+    frames[2, 80:84, 140:144] = (220, 30, 30)
+    reading = read_video(frames)
+    assert reading.pieces == [1, 1, 2, 1, 1] and reading.count == 1 and reading.shape == "square"
 
 
 def test_reader_finds_nothing_in_a_blank_video():
@@ -172,14 +234,6 @@ def test_native_sizes_follow_the_aspect():
     assert native_size_for(256, 256, 24, 40) == (24, 24)
     assert native_size_for(320, 240, 24, 40) == (32, 24)
     assert native_size_for(720, 1280, 24, 40) == (24, 40)
-
-
-def test_interpolation_keeps_key_frames_and_ends():
-    video = torch.arange(9, dtype=torch.float32).view(1, 9, 1)
-    out = interpolate_frames(video, 33)
-    assert out.shape == (1, 33, 1) and out[0, 0, 0] == 0 and out[0, -1, 0] == 8 and out[0, 4, 0] == 1
-    assert interpolate_frames(video, 1).shape == (1, 1, 1)
-    assert torch.allclose(interpolate_frames(video, 5)[0, :, 0], torch.tensor([0.0, 2, 4, 6, 8]))
 
 
 @pytest.fixture(scope="module")
@@ -200,21 +254,30 @@ def test_text_encoder_is_a_bag_of_words():
     assert text.known_words("a zebra") == (["a"], ["zebra"])
 
 
-def test_field_draws_any_size_and_predicts_sampled_pixels_alike():
+def test_field_draws_any_size_and_predicts_sampled_points_alike():
     torch.manual_seed(0)
     text = OmniTextEncoder(vocab=vocabulary(), **TINY_TEXT)
     model = OmniFieldDenoiser(text_dim=16, **{k: v for k, v in TINY.items()})
     states, mask = text.encode(["a red circle moving left", "two blue squares growing on black"])
     sigma = torch.tensor([0.3, 0.9])
+    placement = torch.tensor([[0.05, -0.02], [0.0, 0.07]])
     for height, width in ((24, 40), (40, 24), (24, 24), (7, 13)):
         x = torch.randn(2, 3, 9, height, width)
-        full = model(x, sigma, states, mask)
+        full = model(x, sigma, states, mask, placement=placement)
         assert full.shape == x.shape and full.abs().max() <= 1.0
-        pixels = torch.randint(0, 9 * height * width, (2, 50))
-        some = model(x, sigma, states, mask, pixels=pixels)
+        chosen = torch.randint(0, 9 * height * width, (2, 50))
+        coords = model.coordinates(9, height, width, "cpu", torch.float32).view(1, -1, 3).expand(2, -1, -1)
+        points = torch.gather(coords, 1, chosen[..., None].expand(-1, -1, 3))
+        some = model(x, sigma, states, mask, points=points, placement=placement)
         flat = full.permute(0, 2, 3, 4, 1).reshape(2, -1, 3)
-        assert torch.allclose(some, torch.gather(flat, 1, pixels[..., None].expand(-1, -1, 3)), atol=1e-5)
+        assert torch.allclose(some, torch.gather(flat, 1, chosen[..., None].expand(-1, -1, 3)), atol=1e-5)
+        # Frames drawn between the key frames: every other one of 17 is a key frame, drawn as on the key grid.
+        between = model(x, sigma, states, mask, placement=placement, grid=(17, height, width))
+        assert torch.allclose(between[:, :, ::2], full, atol=1e-5)
+        assert model(x, sigma, states, mask, grid=(5, 2 * height, 3 * width)).shape == (2, 3, 5, 2 * height, 3 * width)
     assert model.predict_motion(states, mask).shape == (2, 3)
+    moved = model(x, sigma, states, mask, placement=placement.flip(0))
+    assert not torch.allclose(moved, full)  # the placement moves what the field draws
 
 
 def test_save_and_load_round_trip(tiny_dir):
@@ -235,7 +298,7 @@ def test_save_and_load_round_trip(tiny_dir):
     }
     one = loaded(**kwargs, generator=torch.Generator().manual_seed(3))
     two = again(**kwargs, generator=torch.Generator().manual_seed(3))
-    assert one.frames.shape == (1, 5, 24, 40, 3) and one.native_size == (40, 24)
+    assert one.frames.shape == (1, 5, 48, 80, 3) and one.native_size == (80, 48)
     assert np.array_equal(one.frames, two.frames)
     assert one.frames.min() >= 0.0 and one.frames.max() <= 1.0
     three = loaded(**kwargs, generator=torch.Generator().manual_seed(4))
@@ -249,17 +312,17 @@ def test_pipeline_honours_frames_sizes_and_output_types(tiny_dir):
         out = pipe(
             "two blue squares moving up on black", num_frames=frames, num_inference_steps=1, width=256, height=448
         )
-        assert out.frames.shape == (1, frames, 40, 24, 3)
+        assert out.frames.shape == (1, frames, 80, 48, 3)
     pt = pipe("x", num_frames=5, num_inference_steps=1, output_type="pt").frames
-    assert isinstance(pt, torch.Tensor) and pt.shape == (1, 5, 3, 24, 40)
+    assert isinstance(pt, torch.Tensor) and pt.shape == (1, 5, 3, 48, 80)
     pil = pipe("x", num_frames=5, num_inference_steps=1, output_type="pil").frames
-    assert len(pil) == 1 and len(pil[0]) == 5 and pil[0][0].size == (40, 24)
+    assert len(pil) == 1 and len(pil[0]) == 5 and pil[0][0].size == (80, 48)
     with pytest.raises(ValueError, match="num_frames"):
         pipe("x", num_frames=0)
 
 
 def test_engine_runner_loads_it_reports_steps_resizes_and_cancels(tiny_dir):
-    runner = PipelineRunner(str(tiny_dir), device="cpu")
+    runner = VideoGenerator(str(tiny_dir), device="cpu")
     runner.load()
     assert isinstance(runner.pipe, OmniSmallT2VPipeline)
     params = GenerationParams(
@@ -276,7 +339,7 @@ def test_engine_runner_loads_it_reports_steps_resizes_and_cancels(tiny_dir):
     output = runner.generate(params, on_step=lambda done, total: steps.append((done, total)))
     assert steps == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert output.frames.dtype == np.uint8 and output.frames.shape == (9, 256, 448, 3)
-    assert output.native_size == (40, 24)
+    assert output.native_size == (80, 48)
     with pytest.raises(GenerationCancelled):
         runner.generate(params, should_stop=lambda: len(steps) >= 6, on_step=lambda done, total: steps.append(done))
     assert len(steps) == 6  # stopped after the second step of the second run

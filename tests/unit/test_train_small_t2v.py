@@ -57,7 +57,7 @@ def test_training_is_seeded_logged_and_loadable(tmp_path):
 
     pipe = OmniSmallT2VPipeline.from_pretrained(tmp_path / "a")
     pipe.set_progress_bar_config(disable=True)
-    assert pipe("a red circle moving left", num_frames=5, num_inference_steps=1).frames.shape == (1, 5, 24, 40, 3)
+    assert pipe("a red circle moving left", num_frames=5, num_inference_steps=1).frames.shape == (1, 5, 48, 80, 3)
 
 
 def test_bad_arguments_are_refused(tmp_path):
