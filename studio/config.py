@@ -126,6 +126,37 @@ class StudioSettings(BaseSettings):
     http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
     poll_interval_s: float = Field(default=0.25, gt=0, description="seconds between two polls of a job")
 
+    # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
+    # Operators are held to none of the per-visitor limits.
+    in_flight_slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests at the servers at once, all visitors together; the rest wait in the studio and get "
+        "the free slots in turn, visitor by visitor (default: 8 per server)",
+    )
+    visitor_max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests one visitor may have at the servers at once (default: no limit beyond the slots)",
+    )
+    visitor_max_queued: int = Field(
+        default=64, ge=1, description="requests one visitor may have waiting in the studio, not yet sent"
+    )
+    visitor_max_videos_per_hour: int | None = Field(
+        default=None, ge=1, description="requests one visitor may make in an hour (default: no limit)"
+    )
+    cancel_unsent_on_close: bool = Field(
+        default=True,
+        description="when a visitor's page closes, cancel their requests not yet sent to a server "
+        "(those running finish)",
+    )
+    server_wait_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="how long a request waits for a server to come back when none is up, before it fails",
+        json_schema_extra=_flags("--server-wait"),
+    )
+
     # Where results go.
     outputs_dir: Path = Field(
         default=Path("outputs"),

@@ -312,6 +312,8 @@ async def bench_pool(
     """Every cell of the grid on the endpoints of `pool`, then report.json, the CSVs and the plots in `out`.
     The page's Bench view runs this on the studio's endpoints; `omni-studio bench` on the replicas it starts."""
     out.mkdir(parents=True, exist_ok=True)
+    # The model the servers serve, as they name it (a remote server's is not the settings' default).
+    served = await asyncio.to_thread(pool.served_models)
     cells: list[CellResult] = []
     started = time.time()
     for tier, guard, concurrency in cell_grid(config):
@@ -330,7 +332,7 @@ async def bench_pool(
             **config.model_dump(),
             "replicas": replicas,
             "engine": settings.engine,
-            "model": settings.model,
+            "model": ", ".join(served) or settings.model,
             "endpoints": [ep.url for ep in pool.endpoints],
         },
         "environment": {

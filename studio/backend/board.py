@@ -1,7 +1,8 @@
 """Every request of this studio session in one place: the page's table, gallery, figures and cancel.
 
 Fed by the runs' listeners (on the event loop that runs them); read by the page's timer. A version counter
-lets readers skip work when nothing changed.
+lets readers skip work when nothing changed. Readers pass a visitor to see only theirs (None: everyone's, for
+operators); cancelling another visitor's request takes an operator.
 """
 
 from __future__ import annotations
@@ -13,6 +14,15 @@ from dataclasses import dataclass
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.runs import Run
 from studio.backend.stats import LatencySummary, summarize
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+
+
+class NotYours(PermissionError):
+    """A visitor tried to act on another visitor's request."""
+
+
+def _theirs(view: RequestView, visitor: Visitor | None) -> bool:
+    return visitor is None or view.visitor_id == visitor.id
 
 
 @dataclass(frozen=True)
@@ -42,15 +52,26 @@ class RequestBoard:
                 self._inference_by_shape[view.shape_key].append(view.timings.inference_s)
 
     # ---- reading -----------------------------------------------------------------------------------
-    def views(self) -> list[RequestView]:
+    def views(self, visitor: Visitor | None = None) -> list[RequestView]:
         """Newest first."""
-        return [view for run in reversed(self.runs) for view in run.views]
+        return [view for run in reversed(self.runs) for view in run.views if _theirs(view, visitor)]
 
-    def active(self) -> list[RequestView]:
-        return [view for view in self.views() if not view.state.finished]
+    def active(self, visitor: Visitor | None = None) -> list[RequestView]:
+        return [view for view in self.views(visitor) if not view.state.finished]
 
-    def done_newest_first(self) -> list[RequestView]:
-        return [view for view in reversed(self.finished_order) if view.state is RequestState.DONE]
+    def done_newest_first(self, visitor: Visitor | None = None) -> list[RequestView]:
+        return [
+            view for view in reversed(self.finished_order) if view.state is RequestState.DONE and _theirs(view, visitor)
+        ]
+
+    def unsent(self, visitor: Visitor | None = None) -> list[RequestView]:
+        """Requests waiting in the studio, not yet sent to a server."""
+        return [view for view in self.views(visitor) if view.state is RequestState.WAITING]
+
+    def recent_inference_s(self, last: int = 20) -> list[float]:
+        """Inference times of the requests done last, all visitors together: what the next ones may take."""
+        done = [v for v in reversed(self.finished_order) if v.state is RequestState.DONE and v.timings.inference_s]
+        return [view.timings.inference_s for view in done[:last]]
 
     def find(self, request_id: str) -> tuple[Run, RequestView] | None:
         for run in self.runs:
@@ -59,15 +80,17 @@ class RequestBoard:
                     return run, view
         return None
 
-    def summary(self, slo_s: float | None = None) -> LatencySummary:
-        return summarize([view.sample() for view in self.views() if view.state.finished], slo_s)
+    def summary(self, visitor: Visitor | None = None, slo_s: float | None = None) -> LatencySummary:
+        return summarize([view.sample() for view in self.views(visitor) if view.state.finished], slo_s)
 
-    def throughput_series(self, bucket_s: float = 10.0) -> list[tuple[float, float]]:
+    def throughput_series(self, bucket_s: float = 10.0, visitor: Visitor | None = None) -> list[tuple[float, float]]:
         """(seconds since the first request, videos per minute in that bucket)."""
-        done = [v for v in self.finished_order if v.state is RequestState.DONE and v.finished_at]
+        done = [
+            v for v in self.finished_order if v.state is RequestState.DONE and v.finished_at and _theirs(v, visitor)
+        ]
         if not done:
             return []
-        start = min(v.timings.created for v in self.views())
+        start = min(v.timings.created for v in self.views(visitor))
         buckets: dict[int, int] = defaultdict(int)
         for view in done:
             buckets[int((view.finished_at - start) // bucket_s)] += 1
@@ -91,9 +114,23 @@ class RequestBoard:
         return Progress(percent, max(0.0, expected - running_for), True)
 
     # ---- control -----------------------------------------------------------------------------------
-    def cancel(self, request_id: str) -> bool:
+    def cancel(self, request_id: str, by: Visitor = LOCAL_OPERATOR) -> bool:
+        """Cancel one request; raises NotYours where it is another visitor's and `by` is no operator."""
         found = self.find(request_id)
-        return bool(found) and found[0].cancel(found[1].id)
+        if not found:
+            return False
+        run, view = found
+        if not (by.operator or view.visitor_id == by.id):
+            raise NotYours(f"request {request_id!r} is not yours to cancel")
+        return run.cancel(view.id)
 
-    def cancel_all(self) -> int:
-        return sum(run.cancel_all() for run in self.runs if not run.finished)
+    def cancel_all(self, by: Visitor = LOCAL_OPERATOR, everyone: bool = False) -> int:
+        """Cancel `by`'s unfinished requests; an operator may cancel `everyone`'s."""
+        mine_only = not (everyone and by.operator)
+        return sum(
+            run.cancel_all() for run in self.runs if not run.finished and not (mine_only and run.visitor.id != by.id)
+        )
+
+    def cancel_unsent(self, visitor: Visitor) -> int:
+        """Cancel the visitor's requests not yet sent to a server; those sent carry on."""
+        return sum(run.cancel_unsent() for run in self.runs if not run.finished and run.visitor.id == visitor.id)

@@ -108,18 +108,34 @@ def server_root(url: str) -> str:
     return base[: -len("/v1")]
 
 
+# What each figure of RequestTimings is, for the sidecar and the history beside the figures themselves.
+TIMING_BOUNDS = (
+    "queue_wait_s is a lower bound and queue_wait_max_s an upper bound of the time at the server before "
+    "generation started (the server reports no start time; polls see it late). inference_s is an upper bound: the "
+    "server's inference_time_s (vLLM-Omni counts it from acceptance, so a busy server's queue is in it), tightened "
+    "by the last poll that saw the job queued; inference_min_s is a lower bound: the server's stage durations, "
+    "where it reports them."
+)
+
+
 @dataclass
 class RequestTimings:
-    """Wall-clock instants (time.time()) of one request's life, and the server's own inference time."""
+    """Wall-clock instants (time.time()) of one request's life, and the server's own figures.
+
+    Polls see every change up to one poll interval late, so what happened at the server between two polls is
+    known only within bounds: each figure says which bound it is, and uses the server's own figures where it
+    reports them."""
 
     created: float = field(default_factory=time.time)
     sent: float | None = None
     accepted: float | None = None
     first_running: float | None = None
     last_queued: float | None = None  # the last poll that still saw the job queued
-    completed: float | None = None
+    last_unfinished: float | None = None  # the last poll that still saw the job queued or running
+    completed: float | None = None  # the first poll that saw the job finished
     downloaded: float | None = None
     server_inference_s: float | None = None
+    server_stages_s: float | None = None  # the sum of the server's stage durations, where it reports them
 
     @property
     def studio_wait_s(self) -> float | None:
@@ -132,23 +148,47 @@ class RequestTimings:
 
     @property
     def inference_s(self) -> float | None:
-        """Generation time. Each source is an upper bound, so the smallest is the best estimate:
-        vLLM-Omni's inference_time_s counts from when the job was accepted (queue wait included), while
-        the queued -> in_progress transition seen by polling comes up to one poll interval late."""
+        """Generation time, an upper bound: the smallest of the server's inference_time_s (from acceptance on
+        vLLM-Omni, queue included) and the time from the last poll that saw the job queued to the first that saw it
+        finished. (The first poll that sees it running comes late: counting from it would understate inference.)"""
         bounds = [] if self.server_inference_s is None else [self.server_inference_s]
-        if self.completed is not None:
-            for start in (self.first_running, self.last_queued):
-                if start is not None:
-                    bounds.append(self.completed - start)
-        return min(bounds) if bounds else None
+        if self.completed is not None and self.last_queued is not None:
+            bounds.append(self.completed - self.last_queued)
+        if bounds:
+            return min(bounds)
+        # A server that reports no inference time: from the first sight of the job running, the best there is.
+        if self.completed is not None and self.first_running is not None:
+            return self.completed - self.first_running
+        return None
+
+    @property
+    def inference_min_s(self) -> float | None:
+        """Generation time, a lower bound: the server's stage durations (only some servers report them)."""
+        return self.server_stages_s
 
     @property
     def queue_wait_s(self) -> float | None:
-        """Time at the server not spent generating: server time minus its inference time."""
-        server, inference = self.server_s, self.inference_s
-        if server is None or inference is None:
+        """Time at the server before generation started, a lower bound: the job was still queued at the last poll
+        that saw it queued, and had not finished at the last poll that saw it unfinished, so it started no sooner
+        than that poll minus its inference time. 0 for a job that left the queue at once."""
+        if self.sent is None or self.completed is None:
             return None
-        return max(0.0, server - inference)
+        start = max(self.last_queued or self.sent, self.sent)
+        inference = self.inference_s
+        if self.last_unfinished is not None and inference is not None:
+            start = max(start, self.last_unfinished - inference)
+        return max(0.0, start - self.sent)
+
+    @property
+    def queue_wait_max_s(self) -> float | None:
+        """Time at the server before generation started, an upper bound: it had started by the first poll that saw
+        it running, and by its end minus the least it can have taken."""
+        if self.sent is None or self.completed is None:
+            return None
+        start = self.completed - (self.inference_min_s or 0.0)
+        if self.first_running is not None:
+            start = min(start, self.first_running)
+        return max(0.0, start - self.sent)
 
     @property
     def latency_s(self) -> float | None:
@@ -163,6 +203,12 @@ class RequestTimings:
         end = self.downloaded or self.completed
         return None if end is None else end - self.created
 
+    def record_server_figures(self, record: JobRecord) -> None:
+        """The figures a finished job's record gives about itself."""
+        self.server_inference_s = record.inference_time_s
+        stages = [value for value in (record.stage_durations or {}).values() if isinstance(value, (int, float))]
+        self.server_stages_s = sum(stages) if stages else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "created": self.created,
@@ -170,14 +216,19 @@ class RequestTimings:
             "accepted": self.accepted,
             "first_running": self.first_running,
             "last_queued": self.last_queued,
+            "last_unfinished": self.last_unfinished,
             "completed": self.completed,
             "downloaded": self.downloaded,
             "server_inference_s": self.server_inference_s,
+            "server_stages_s": self.server_stages_s,
             "studio_wait_s": self.studio_wait_s,
             "queue_wait_s": self.queue_wait_s,
+            "queue_wait_max_s": self.queue_wait_max_s,
             "inference_s": self.inference_s,
+            "inference_min_s": self.inference_min_s,
             "latency_s": self.latency_s,
             "total_s": self.total_s,
+            "bounds": TIMING_BOUNDS,
         }
 
 
@@ -314,6 +365,7 @@ class VideoClient:
         """Create, poll until finished, download. Cancelling the task DELETEs the job on the server."""
         timings = timings or RequestTimings()
         timings.sent = time.time()
+        timings.last_unfinished = None
         record = await self.create(request)
         timings.accepted = time.time()
         if on_accepted is not None:
@@ -347,6 +399,9 @@ class VideoClient:
                     await self._quiet_cancel(record.id)
                     raise JobTimeout(f"job {record.id} did not finish within {timeout_s:.0f} s; cancelled it")
                 await asyncio.sleep(interval)
+                # The answer describes the job at some instant between asking and answering: what bounds its
+                # start or end from below takes the asking time, what bounds them from above the answering time.
+                asked = time.time()
                 record = await self.retrieve(record.id)
                 # Poll less while nothing changes (a long queue, a server without progress): many jobs in
                 # flight must not flood the server, whose event loop shares the CPU with generation.
@@ -360,8 +415,10 @@ class VideoClient:
                 elif record.status is JobStatus.IN_PROGRESS:
                     interval = poll_when_done(mark, time.monotonic(), record.progress, interval)
                 seen = time.time()
+                if not record.finished:
+                    timings.last_unfinished = asked
                 if record.status is JobStatus.QUEUED:
-                    timings.last_queued = seen
+                    timings.last_queued = asked
                 elif record.status is JobStatus.IN_PROGRESS and timings.first_running is None:
                     timings.first_running = seen
                 await _call(on_update, record)
@@ -371,7 +428,7 @@ class VideoClient:
         finally:
             self._following -= 1
         timings.completed = time.time()
-        timings.server_inference_s = record.inference_time_s
+        timings.record_server_figures(record)
         if record.status is not JobStatus.COMPLETED:
             return JobOutcome(record=record, timings=timings)
         await self.download(record.id, dest)

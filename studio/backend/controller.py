@@ -14,18 +14,23 @@ from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
 from studio import tiers
 from studio.backend.board import RequestBoard
-from studio.backend.client import server_root
+from studio.backend.client import load_sdk, server_root
+from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
 from studio.backend.recovery import leftovers_to_follow
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus, managed_server_for
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.config import StudioSettings
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_DEFAULT_FRAMES = 33
+HOUR_S = 3600.0
+# The page's field and the CLI's flag that give remote servers: a message about them names both.
+REMOTE_URLS_WHERE = "the Server tab's 'Remote URLs', or --url"
 
 
 class StudioController:
@@ -42,6 +47,9 @@ class StudioController:
         self.server: ManagedServer | None = server
         self.pool: EndpointPool | None = None
         self.board = RequestBoard()
+        # One dispatcher for every run: the studio's in-flight slots, shared fairly across visitors.
+        self.dispatcher = FairShare(self._slot_count(len(settings.remote_urls) or 1), settings.visitor_max_in_flight)
+        self.served_model: str | None = None  # what the servers say they serve (GET /v1/models), once attached
         self._lock = threading.Lock()
         self._starter: threading.Thread | None = None
         self.start_error: str | None = None
@@ -58,8 +66,13 @@ class StudioController:
     def managed(self) -> bool:
         return self.settings.engine in ("embedded", "vllm-omni")
 
+    def _slot_count(self, servers: int) -> int:
+        return self.settings.in_flight_slots or SLOTS_PER_SERVER * servers
+
     def start(self, wait: bool = True) -> None:
-        """Start the managed server (or attach to remote ones) and build the endpoint pool."""
+        """Start the managed server (or attach to remote ones) and build the endpoint pool. The SDK client is
+        warmed meanwhile, so that the first request does not count its import as queue wait."""
+        self.start_error = None
         with self._lock:
             if self.managed:
                 if self.server is None:
@@ -68,17 +81,22 @@ class StudioController:
                 server = self.server
             else:
                 if not self.settings.remote_urls:
-                    raise ValueError("remote engine: give at least one server URL (--url)")
-                self.pool = EndpointPool.from_urls(
-                    [server_root(url) for url in self.settings.remote_urls], **self._client_options()
-                )
+                    raise ValueError(f"remote engine: give at least one server URL ({REMOTE_URLS_WHERE})")
+                load_sdk()
+                self._attach([server_root(url) for url in self.settings.remote_urls])
                 return
-        if server.state in (ServerState.STARTING, ServerState.READY):  # started by the caller
-            if wait:
-                server.wait_ready()
-        else:
-            server.start(wait=wait)
-        self.pool = EndpointPool.from_urls([server.base_url], **self._client_options())
+        if server.state not in (ServerState.STARTING, ServerState.READY):  # else started by the caller
+            server.start(wait=False)
+        load_sdk()  # while the server starts: the two share no work
+        if wait:
+            server.wait_ready()
+        self._attach([server.base_url])
+
+    def _attach(self, urls: list[str]) -> None:
+        pool = EndpointPool.from_urls(urls, **self._client_options())
+        self.dispatcher.set_slots(self._slot_count(len(urls)))
+        self.served_model = next(iter(pool.served_models()), None)
+        self.pool = pool
 
     def _client_options(self) -> dict:
         return {
@@ -105,6 +123,8 @@ class StudioController:
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
+        with self._lock:
+            self._starter = None  # a later start_in_background starts again
 
     def restart(self) -> None:
         self.stop()
@@ -118,8 +138,10 @@ class StudioController:
             self.settings = settings
             self.server = None
             self.pool = None
+            self.served_model = None
             self.start_error = None
             self._starter = None
+            self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
 
     def set_auto_restart(self, on: bool) -> None:
         """Takes effect at once, for the runs under way too."""
@@ -130,9 +152,10 @@ class StudioController:
 
     def engine_summary(self) -> str:
         """One line for the page: which engine, and whether it can take work."""
+        serving = f", serving {self.served_model}" if self.served_model else ""
         if not self.managed:
             urls = ", ".join(self.settings.remote_urls)
-            return f"remote servers: {urls}" if self.pool else "remote servers: not attached"
+            return f"remote servers: {urls}{serving}" if self.pool else "remote servers: not attached"
         if self.start_error:
             return f"{self.settings.engine} engine failed to start: {self.start_error}"
         status = self.server_status()
@@ -141,7 +164,10 @@ class StudioController:
         if status.state is ServerState.STARTING:
             return f"{self.settings.engine} engine: starting ({status.starting_for_s or 0:.0f} s)"
         if status.state is ServerState.READY:
-            return f"{self.settings.engine} engine: ready at {status.url} (started in {status.startup_s or 0:.1f} s)"
+            return (
+                f"{self.settings.engine} engine: ready at {status.url}{serving} "
+                f"(started in {status.startup_s or 0:.1f} s)"
+            )
         return f"{self.settings.engine} engine: {status.state} {status.message}"
 
     def server_status(self) -> ServerStatus | None:
@@ -178,10 +204,14 @@ class StudioController:
             return self.pool is not None
         return self.server is not None and self.server.state is ServerState.READY and self.pool is not None
 
-    def new_run(self, spec: RunSpec) -> Run:
+    def new_run(self, spec: RunSpec, visitor: Visitor = LOCAL_OPERATOR) -> Run:
+        """A run of `visitor`'s, on the board (the caller starts it). Raises VisitorLimitExceeded where it would
+        take the visitor past one of their limits."""
         if self.pool is None or not self.ready():
             state = self.server.status().message if self.server else "not started"
             raise RuntimeError(f"the engine is not ready ({state})")
+        if not visitor.operator:
+            self._check_limits(visitor, len(spec.prompts) * spec.copies)
         run = Run(
             spec,
             self.pool,
@@ -189,9 +219,45 @@ class StudioController:
             request_timeout_s=self.settings.request_timeout_s,
             resubmit_unstarted=self.managed and self.settings.auto_restart,
             restart_wait_s=self.settings.init_timeout_s,
+            visitor=visitor,
+            dispatcher=self.dispatcher,
+            server_wait_s=self.settings.server_wait_s,
         )
         self.board.add_run(run)
         return run
+
+    def _check_limits(self, visitor: Visitor, requests: int) -> None:
+        queued, limit = len(self.board.unsent(visitor)), self.settings.visitor_max_queued
+        if queued + requests > limit:
+            raise VisitorLimitExceeded(
+                f"at most {limit} queued requests per visitor; you have {queued} queued and asked for {requests} more"
+            )
+        hourly = self.settings.visitor_max_videos_per_hour
+        if hourly is not None:
+            made = self.store.requests_since(visitor.id, time.time() - HOUR_S)
+            if made + requests > hourly:
+                raise VisitorLimitExceeded(
+                    f"at most {hourly} videos per hour per visitor; you have asked for {made} in the last hour "
+                    f"and {requests} more now"
+                )
+
+    def cancel_unsent(self, visitor: Visitor) -> int:
+        """The visitor's requests not yet sent to a server are cancelled (their page closed); running ones finish."""
+        return self.board.cancel_unsent(visitor)
+
+    def standing(self, visitor: Visitor) -> Standing:
+        """Where the visitor's work stands: theirs queued and at a server, others' ahead of it, and an ETA."""
+        queued = len(self.board.unsent(visitor))
+        in_flight = self.dispatcher.in_flight_by_visitor()
+        mine_in_flight = in_flight.pop(visitor.id, 0)
+        ahead = in_flight + self.dispatcher.served_before(visitor.id, queued)
+        ahead = +ahead  # visitors with nothing ahead drop out
+        recent = self.board.recent_inference_s()
+        eta_s = None
+        if recent:
+            servers = len(self.pool.endpoints) if self.pool else 1
+            eta_s = (sum(ahead.values()) + queued + mine_in_flight) * (sum(recent) / len(recent)) / servers
+        return Standing(queued, mine_in_flight, sum(ahead.values()), len(ahead), eta_s)
 
     async def resume_unfinished(self) -> int:
         """Follow up, by job id, what an earlier studio left at servers that still answer; the rest is

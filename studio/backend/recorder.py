@@ -25,8 +25,8 @@ class RunRecorder:
         self.store = store
         self.run_id = run_id
 
-    def add_run(self, spec: dict[str, Any], created_at: float, views: list[RequestView]) -> None:
-        self.store.add_run(self.run_id, spec, created_at)
+    def add_run(self, spec: dict[str, Any], created_at: float, views: list[RequestView], visitor_id: str) -> None:
+        self.store.add_run(self.run_id, spec, created_at, visitor_id)
         for view in views:
             self.store.add_request(
                 view.id,

@@ -18,6 +18,7 @@ from studio.backend.client import ClientError, RequestRejected, RequestTimings, 
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import Endpoint, EndpointPool
 from studio.backend.store import OutputStore
+from studio.backend.visitors import LOCAL_OPERATOR
 from studio.protocol import JobRecord, JobStatus, VideoRequest
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ def views_from_history(rows: list[dict[str, Any]]) -> list[RequestView]:
                 job_id=row["job_id"],
                 endpoint=row["endpoint"],
                 timings=RequestTimings(created=row["created_at"]),
+                visitor_id=row.get("visitor") or LOCAL_OPERATOR.id,
             )
         )
     return views

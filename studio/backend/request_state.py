@@ -19,6 +19,7 @@ from typing import Any
 from studio import tiers
 from studio.backend.client import RequestTimings
 from studio.backend.stats import RequestSample
+from studio.backend.visitors import LOCAL_OPERATOR
 from studio.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
 
 
@@ -56,6 +57,7 @@ class RequestView:
     server_progress_is_real: bool = False
     finished_at: float | None = None
     resubmissions: int = 0  # times it was sent again after its server restarted without having started it
+    visitor_id: str = LOCAL_OPERATOR.id  # whose request it is
 
     # ---- what it is --------------------------------------------------------------------------------
     @property
@@ -75,8 +77,11 @@ class RequestView:
 
     @property
     def elapsed_s(self) -> float:
-        end = self.timings.downloaded or (self.timings.completed if self.state.finished else None)
-        return (end or time.time()) - self.timings.created
+        """From its submit to its end (a cancelled or failed one stops counting when it ended), or to now."""
+        if not self.state.finished:
+            return time.time() - self.timings.created
+        end = self.timings.downloaded or self.finished_at or self.timings.completed or time.time()
+        return end - self.timings.created
 
     @property
     def eta_s(self) -> float | None:

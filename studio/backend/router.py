@@ -8,12 +8,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
+import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_fixed
 
 from studio.backend.client import VideoClient
+from studio.backend.http import sync_client
 
 
 @dataclass(eq=False)
@@ -46,15 +50,19 @@ log = logging.getLogger(__name__)
 
 
 class EndpointPool:
-    def __init__(self, endpoints: list[Endpoint]):
+    def __init__(self, endpoints: list[Endpoint], api_key: str | None = None):
         if not endpoints:
             raise ValueError("an endpoint pool needs at least one endpoint")
         self.endpoints = endpoints
+        self.api_key = api_key
         self._lock = threading.Lock()
+        # One health watcher per event loop, however many runs want the pool watched.
+        self._watchers: dict[asyncio.AbstractEventLoop, tuple[asyncio.Task, int]] = {}
 
     @classmethod
     def from_urls(cls, urls: list[str], api_key: str | None = None, **client_options: float) -> EndpointPool:
-        return cls([Endpoint(url=url, client=VideoClient(url, api_key=api_key, **client_options)) for url in urls])
+        endpoints = [Endpoint(url=url, client=VideoClient(url, api_key=api_key, **client_options)) for url in urls]
+        return cls(endpoints, api_key=api_key)
 
     def acquire(self, exclude: set[str] | None = None) -> Endpoint:
         with self._lock:
@@ -130,11 +138,15 @@ class EndpointPool:
         return found if isinstance(found, Endpoint) else None
 
     async def check_health(self) -> None:
-        """Probe every endpoint's /health: a failing one is skipped, a recovered one comes back."""
-        results = await asyncio.gather(*(ep.client.healthy() for ep in self.endpoints))
-        for endpoint, healthy in zip(self.endpoints, results, strict=True):
+        """Probe every endpoint's /health: a failing one is skipped, a recovered one comes back. One being
+        restarted is left to its restart, which says when it is back."""
+        probed = [ep for ep in self.endpoints if not ep.restarting]
+        results = await asyncio.gather(*(ep.client.healthy() for ep in probed))
+        for endpoint, healthy in zip(probed, results, strict=True):
             if healthy and not endpoint.healthy:
                 log.info("endpoint %s is back", endpoint.url)
+            elif endpoint.healthy and not healthy:
+                log.warning("endpoint %s does not answer its health check", endpoint.url)
             endpoint.healthy = healthy
 
     async def watch_health(self, interval_s: float = 2.0) -> None:
@@ -142,6 +154,44 @@ class EndpointPool:
         while True:
             await self.check_health()
             await asyncio.sleep(interval_s)
+
+    @asynccontextmanager
+    async def health_watched(self, interval_s: float = 2.0) -> AsyncIterator[None]:
+        """While the block runs, every endpoint's health is probed (a pool of one too: a single server that went
+        down comes back once it answers again). Blocks of one event loop share one watcher."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            task, users = self._watchers.get(loop, (None, 0))
+            if task is None or task.done():
+                task = loop.create_task(self.watch_health(interval_s), name="health-watch")
+            self._watchers[loop] = (task, users + 1)
+        try:
+            yield
+        finally:
+            with self._lock:
+                task, users = self._watchers[loop]
+                if users > 1:
+                    self._watchers[loop] = (task, users - 1)
+                else:
+                    del self._watchers[loop]
+                    task.cancel()
+
+    def served_models(self, timeout_s: float = 5.0) -> list[str]:
+        """The models the servers say they serve (GET /v1/models), each once, in the endpoints' order; a server
+        that does not answer adds none."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        models: list[str] = []
+        with sync_client(timeout_s) as http:
+            for endpoint in self.endpoints:
+                try:
+                    response = http.get(endpoint.client.base_url + "/models", headers=headers)
+                    response.raise_for_status()
+                    names = [str(model["id"]) for model in response.json().get("data", [])]
+                except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                    log.warning("could not read the models %s serves: %s", endpoint.url, exc)
+                    continue
+                models.extend(name for name in names if name not in models)
+        return models
 
     def replace_url(self, old: str, new: str, api_key: str | None = None, **client_options: float) -> None:
         """A managed server came back on another address: its endpoint follows it."""

@@ -1,6 +1,7 @@
 """A Run: many requests from one RunSpec, at most `concurrency` in flight, an async stream of updates.
 
-Per request: wait for a slot in the studio → pick an endpoint → create, poll, download → keep the video (checked,
+Per request: wait for a slot of its run (its `concurrency`), then for one of the studio's, shared fairly across
+visitors (fair_share.py; a run made without a dispatcher has only its own) → pick an endpoint → create, poll, download → keep the video (checked,
 sidecar and history row written: recorder.py) → only then report it done. A request's states are in
 request_state.py; what becomes of one whose server went away, in recovery.py.
 """
@@ -8,18 +9,21 @@ request_state.py; what becomes of one whose server went away, in recovery.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from studio.backend.client import ClientError, JobOutcome, ServerUnreachable
+from studio.backend.fair_share import FairShare
 from studio.backend.recorder import RunRecorder
 from studio.backend.recovery import Recovery, after_loss, follow_up, views_from_history
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import Endpoint, EndpointPool, NoEndpointError
 from studio.backend.spec import MAX_CONCURRENCY, RunSpec
 from studio.backend.store import OutputStore
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.protocol import JobRecord, VideoRequest
 
 
@@ -37,16 +41,26 @@ class Run:
         resumed: list[RequestView] | None = None,
         resubmit_unstarted: bool = False,
         restart_wait_s: float = 1800.0,
+        visitor: Visitor = LOCAL_OPERATOR,
+        dispatcher: FairShare | None = None,
+        server_wait_s: float = 0.0,
     ):
+        """`dispatcher`: the studio's in-flight slots, shared with its other runs. `server_wait_s`: how long a
+        request waits for a server when none is up (one that went down comes back once it answers again)."""
         self.id = f"run_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
         self.spec = spec
         self.pool = pool
         self.store = store
         self.recorder = RunRecorder(store, self.id)
+        self.visitor = visitor
+        self.dispatcher = dispatcher
+        self.server_wait_s = server_wait_s
         self.request_timeout_s = request_timeout_s
         self.created_at = time.time()
         self.views = [
-            RequestView(id=f"req_{uuid.uuid4().hex[:12]}", run_id=self.id, position=i, request=req)
+            RequestView(
+                id=f"req_{uuid.uuid4().hex[:12]}", run_id=self.id, position=i, request=req, visitor_id=visitor.id
+            )
             for i, req in enumerate(requests if requests is not None else spec.build_requests())
         ]
         # Open loop: request i is released `arrivals[i]` seconds after the run starts (else all at once).
@@ -65,7 +79,7 @@ class Run:
             # Requests an earlier studio left at a server: already in history, followed up by job id.
             self.views = resumed
             return
-        self.recorder.add_run(spec.model_dump(mode="json"), self.created_at, self.views)
+        self.recorder.add_run(spec.model_dump(mode="json"), self.created_at, self.views, visitor.id)
 
     @classmethod
     def resume(
@@ -105,6 +119,16 @@ class Run:
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
         return sum(self._stop(view.id, RequestState.CANCELLED, reason) for view in self.views)
 
+    def cancel_unsent(self, reason: str = "cancelled: its page was closed") -> int:
+        """Cancel the requests not yet sent to a server; those sent carry on."""
+        unsent = [view.id for view in self.views if view.state is RequestState.WAITING]
+        return sum(self._stop(request_id, RequestState.CANCELLED, reason) for request_id in unsent)
+
+    @property
+    def unsent(self) -> int:
+        """Requests waiting in the studio, not yet at a server."""
+        return sum(1 for view in self.views if view.state is RequestState.WAITING)
+
     def fail_endpoint(self, url: str, reason: str, started_only: bool = False) -> int:
         """The server behind `url` died: fail what it was working on, with the reason. `started_only`: only
         what it had started (what it only queued is sent again once the server is back)."""
@@ -132,22 +156,23 @@ class Run:
             return False
         self._cancel_reasons[request_id] = (state, reason)
         task = self._tasks.get(request_id)
-        if task is not None and not task.done():
+        if task is None:  # the run has not started it: it never will
+            self._finish(view, state, reason)
+        elif not task.done():
             task.cancel()  # the client DELETEs the job on the server
         return True
 
     # ---- execution ---------------------------------------------------------------------------------
     async def _execute(self) -> None:
         self._started = time.monotonic()
-        # With several endpoints, one that went down is probed while the run lasts and comes back when healthy.
-        watcher = asyncio.create_task(self.pool.watch_health()) if len(self.pool.endpoints) > 1 else None
         try:
-            for view in self.views:
-                self._tasks[view.id] = asyncio.create_task(self._drive(view), name=view.id)
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            # An endpoint that went down is probed while the run lasts and comes back when healthy.
+            async with self.pool.health_watched():
+                for view in self.views:
+                    if not view.state.finished:  # cancelled before the run started
+                        self._tasks[view.id] = asyncio.create_task(self._drive(view), name=view.id)
+                await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         finally:
-            if watcher is not None:
-                watcher.cancel()
             self._updates.put_nowait(None)
 
     def _emit(self, view: RequestView) -> None:
@@ -161,7 +186,7 @@ class Run:
             if self.arrivals is not None:
                 await asyncio.sleep(max(0.0, self._started + self.arrivals[view.position] - time.monotonic()))
                 view.timings.created = time.time()  # latency counts from the arrival
-            async with self._slots:
+            async with self._slots, self._studio_slot():
                 if view.job_id is not None:  # left at a server by an earlier studio
                     await self._recover(view, follow_up(view, self.pool))
                 else:
@@ -172,6 +197,9 @@ class Run:
         except Exception as exc:  # never lose a request: it ends failed with the reason
             self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
 
+    def _studio_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.dispatcher.slot(self.visitor) if self.dispatcher is not None else contextlib.nullcontext()
+
     async def _send(self, view: RequestView) -> None:
         """Send the request; if an endpoint cannot be reached before it accepted the job, try another."""
         tried: set[str] = set()
@@ -179,10 +207,11 @@ class Run:
             try:
                 endpoint = self.pool.acquire(exclude=tried)
             except NoEndpointError as exc:
-                if self.resubmit_unstarted and await self.pool.wait_back(timeout_s=self.restart_wait_s):
-                    tried.clear()  # a server came back (restarted): everything may be tried again
+                waited = await self._wait_for_server(view, exc)
+                if waited is None:
+                    tried.clear()  # a server came back: everything may be tried again
                     continue
-                self._finish(view, RequestState.FAILED, str(exc) if not tried else f"no server took it: {exc}")
+                self._finish(view, RequestState.FAILED, waited if not tried else f"no server took it: {waited}")
                 return
             tried.add(endpoint.url)
             try:
@@ -197,6 +226,20 @@ class Run:
                     if not await self._recover(view, recovery):
                         return
                     tried.discard(endpoint.url)
+
+    async def _wait_for_server(self, view: RequestView, none_up: NoEndpointError) -> str | None:
+        """No server is up: wait for one to come back (through a restart, with auto-restart; else at most
+        server_wait_s), saying so in the request meanwhile. None once one is back, else why the request fails."""
+        restart_s = self.restart_wait_s if self.resubmit_unstarted else 0.0
+        wait_s = max(restart_s, self.server_wait_s)
+        if wait_s <= 0:
+            return str(none_up)
+        view.error = f"{none_up}; waiting up to {wait_s:.0f} s for it to come back"
+        self._emit(view)
+        # A server that is not restarting is given server_wait_s to answer its health check again.
+        back = await self.pool.wait_back(timeout_s=wait_s, grace_s=max(5.0, self.server_wait_s))
+        view.error = None
+        return None if back is not None else f"{none_up}; none came back within {wait_s:.0f} s"
 
     async def _send_to(self, view: RequestView, endpoint: Endpoint) -> None:
         """Create the job on `endpoint` (already acquired) and see it through. Raises ServerUnreachable where

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from studio.backend.visitors import LOCAL_OPERATOR
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
@@ -39,6 +41,11 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 CREATE INDEX IF NOT EXISTS requests_run ON requests(run_id, position);
 """
+# Added after the first release: a database without it gets it in place, its runs the local operator's.
+VISITOR_COLUMN = f"ALTER TABLE runs ADD COLUMN visitor TEXT NOT NULL DEFAULT '{LOCAL_OPERATOR.id}'"
+VISITOR_INDEX = "CREATE INDEX IF NOT EXISTS runs_visitor ON runs(visitor, created_at)"
+# Requests that count towards a visitor's videos per hour: all but those that ended without a video.
+UNCOUNTED_STATES = ("failed", "cancelled", "lost")
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,10 @@ class OutputStore:
         with self._lock, self._db:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
+            columns = {row["name"] for row in self._db.execute("PRAGMA table_info(runs)")}
+            if "visitor" not in columns:
+                self._db.execute(VISITOR_COLUMN)
+            self._db.execute(VISITOR_INDEX)
 
     def close(self) -> None:
         with self._lock:
@@ -72,11 +83,13 @@ class OutputStore:
         return self.videos_dir / day / f"{request_id}.mp4"
 
     # ---- history rows ------------------------------------------------------------------------------
-    def add_run(self, run_id: str, spec: dict[str, Any], created_at: float) -> None:
+    def add_run(
+        self, run_id: str, spec: dict[str, Any], created_at: float, visitor_id: str = LOCAL_OPERATOR.id
+    ) -> None:
         with self._lock, self._db:
             self._db.execute(
-                "INSERT INTO runs (id, created_at, spec) VALUES (?, ?, ?)",
-                (run_id, created_at, json.dumps(spec)),
+                "INSERT INTO runs (id, created_at, spec, visitor) VALUES (?, ?, ?, ?)",
+                (run_id, created_at, json.dumps(spec), visitor_id),
             )
 
     def add_request(
@@ -108,21 +121,40 @@ class OutputStore:
             row = self._db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
         return _decode(row) if row else None
 
-    def run_requests(self, run_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute("SELECT * FROM requests WHERE run_id = ? ORDER BY position", (run_id,)).fetchall()
-        return [_decode(row) for row in rows]
-
-    def recent_runs(self, limit: int = 50) -> list[dict[str, Any]]:
+    def run_requests(self, run_id: str, visitor_id: str | None = None) -> list[dict[str, Any]]:
+        """The requests of a run, in order; with `visitor_id`, only if the run is theirs (None: anyone's)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.id, r.created_at, r.spec, COUNT(q.id) AS requests,"
-                " SUM(q.state = 'done') AS done, SUM(q.state = 'failed') AS failed"
+                "SELECT q.* FROM requests q JOIN runs r ON r.id = q.run_id"
+                " WHERE q.run_id = ? AND (? IS NULL OR r.visitor = ?) ORDER BY q.position",
+                (run_id, visitor_id, visitor_id),
+            ).fetchall()
+        return [_decode(row) for row in rows]
+
+    def recent_runs(self, limit: int = 50, visitor_id: str | None = None) -> list[dict[str, Any]]:
+        """The newest runs with their requests counted by how they ended; with `visitor_id`, only theirs."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.id, r.created_at, r.spec, r.visitor, COUNT(q.id) AS requests,"
+                " SUM(q.state = 'done') AS done, SUM(q.state = 'failed') AS failed,"
+                " SUM(q.state = 'cancelled') AS cancelled"
                 " FROM runs r LEFT JOIN requests q ON q.run_id = r.id"
+                " WHERE ? IS NULL OR r.visitor = ?"
                 " GROUP BY r.id ORDER BY r.created_at DESC LIMIT ?",
-                (limit,),
+                (visitor_id, visitor_id, limit),
             ).fetchall()
         return [{**dict(row), "spec": json.loads(row["spec"])} for row in rows]
+
+    def requests_since(self, visitor_id: str, since: float) -> int:
+        """A visitor's requests made since `since` that did not end without a video (their videos per hour)."""
+        marks = ", ".join("?" for _ in UNCOUNTED_STATES)
+        with self._lock:
+            (count,) = self._db.execute(
+                "SELECT COUNT(*) FROM requests q JOIN runs r ON r.id = q.run_id"
+                f" WHERE r.visitor = ? AND q.created_at >= ? AND q.state NOT IN ({marks})",
+                (visitor_id, since, *UNCOUNTED_STATES),
+            ).fetchone()
+        return int(count)
 
     def mark_unfinished_lost(self) -> int:
         """At start-up: requests a previous studio left before any server took them are marked lost, never
@@ -139,8 +171,9 @@ class OutputStore:
         """Requests a previous studio left at a server (job id known), to be followed up by that id."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM requests WHERE state IN ('queued', 'running', 'downloading') AND job_id IS NOT NULL"
-                " ORDER BY created_at"
+                "SELECT q.*, r.visitor FROM requests q JOIN runs r ON r.id = q.run_id"
+                " WHERE q.state IN ('queued', 'running', 'downloading') AND q.job_id IS NOT NULL"
+                " ORDER BY q.created_at"
             ).fetchall()
         return [_decode(row) for row in rows]
 

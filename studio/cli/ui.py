@@ -8,12 +8,22 @@ from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
 PAGE_FIELDS = ("host", "port", "share", "auth", "insecure", "outputs_dir")
+# How the studio shares its servers among the people using the page.
+SHARING_FIELDS = (
+    "in_flight_slots",
+    "visitor_max_in_flight",
+    "visitor_max_queued",
+    "visitor_max_videos_per_hour",
+    "cancel_unsent_on_close",
+    "server_wait_s",
+)
 
 
 def register(sub: Subcommands) -> None:
     parser = sub.add_parser("ui", help="start the web studio", description="The web studio on its engine.")
     add_engine_flags(parser)
     add_studio_flags(parser.add_argument_group("page"), PAGE_FIELDS)
+    add_studio_flags(parser.add_argument_group("sharing"), SHARING_FIELDS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -92,7 +92,8 @@ def build_bench_tab(controller: StudioController) -> None:
         bench_view.BenchUpdate("").summary, interactive=False, elem_id="bench-summary", label="Cells"
     )
     recommendation = gr.Markdown("", elem_id="bench-recommendation")
-    plots = gr.Gallery(label="Plots", columns=3, height=320, elem_id="bench-plots")
+    # One plot per row, whole: their axes and legends are readable without opening each one.
+    plots = gr.Gallery(label="Plots", columns=1, height="auto", object_fit="contain", elem_id="bench-plots")
     report = gr.File(label="report.json", interactive=False, elem_id="bench-report")
 
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report], api_name="bench")

@@ -26,16 +26,20 @@ BEFORE = "not yet submitted"  # drawn transparent: it only places the bar's star
 STUDIO_WAIT = "waiting in the studio"
 QUEUE_WAIT = "queued at the server"
 INFERENCE = "inference"
-ENDED = "failed or cancelled"  # what a request that made no video spent at the server
+FAILED = "failed"  # what a request that made no video spent at the server
+CANCELLED = "cancelled"
 DOWNLOAD = "download"
 PHASE_COLORS = {
     BEFORE: "rgba(0,0,0,0)",
     STUDIO_WAIT: "#d5d5d5",
     QUEUE_WAIT: "#f2a541",
     INFERENCE: "#3a7ca5",
-    ENDED: "#c0392b",
+    FAILED: "#c0392b",
+    CANCELLED: "#9b59b6",
     DOWNLOAD: "#8e8e8e",
 }
+ENDED_PHASE = {RequestState.DONE: INFERENCE, RequestState.FAILED: FAILED, RequestState.CANCELLED: CANCELLED}
+LEGEND = [phase for phase in PHASE_COLORS if phase != BEFORE]
 
 # Column names: what the plots' axes and tooltips say.
 LATENCY = "latency s"
@@ -74,7 +78,7 @@ def _segments(view: RequestView, origin: float) -> list[tuple[str, float]]:
         (BEFORE, t.created - origin),
         (STUDIO_WAIT, sent - t.created),
         (QUEUE_WAIT, t.queue_wait_s or 0.0),
-        (INFERENCE if view.state is RequestState.DONE else ENDED, at_server),
+        (ENDED_PHASE.get(view.state, FAILED), at_server),
         (DOWNLOAD, max(0.0, t.downloaded - server_end) if t.downloaded else 0.0),
     ]
 

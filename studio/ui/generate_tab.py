@@ -87,6 +87,7 @@ def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
             title="Latency distribution",
             y_lim=[0, 100],
             label="Latency",
+            show_label=False,
             elem_id="latency-plot",
         )
         throughput = gr.LinePlot(
@@ -95,6 +96,7 @@ def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
             title=f"Throughput over time (per {figures.THROUGHPUT_WINDOW_S:.0f} s)",
             y_lim=[0, None],
             label="Throughput",
+            show_label=False,
             elem_id="throughput-plot",
         )
     # Full width: up to figures.TIMELINE_REQUESTS bars, and a legend entry per phase.
@@ -103,13 +105,14 @@ def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
         y=figures.SECONDS,
         color=figures.PHASE,
         color_map=figures.PHASE_COLORS,
-        colors_in_legend=[phase for phase in figures.PHASE_COLORS if phase != figures.BEFORE],
+        colors_in_legend=figures.LEGEND,
         tooltip=[figures.REQUEST_ID],
         title="Request timeline",
         x_title="requests, in the order they were sent",
         y_title="seconds since the first request",
         x_axis_labels_visible=False,  # a number per bar overlaps past a few dozen; the tooltip names each
         label="Timeline",
+        show_label=False,
         elem_id="timeline-plot",
     )
     return latency, timeline, throughput
@@ -136,7 +139,12 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
         tables.stats_table(board.summary()), interactive=False, elem_id="stats-table", label="Statistics"
     )
     requests = gr.Dataframe(
-        tables.request_table(board), interactive=False, wrap=True, elem_id="requests", label="Requests"
+        tables.request_table(board),
+        interactive=False,
+        wrap=True,
+        column_widths=tables.REQUEST_COLUMN_WIDTHS,  # within the page's width: long notes wrap, nothing scrolls
+        elem_id="requests",
+        label="Requests",
     )
     with gr.Row():
         cancel_id = gr.Textbox(label="Request id (select a row)", elem_id="cancel-id", scale=3)
@@ -151,20 +159,20 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
         return await handlers.submit(controller, {**values, "image": image})
 
     @cancel_all.click(outputs=status, api_name="cancel_all")
-    def on_cancel_all() -> str:
-        return f"cancelling {board.cancel_all()} requests"
+    async def on_cancel_all():
+        async for line in handlers.cancel_all(board):
+            yield line
 
     @cancel_one.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="cancel")
-    def on_cancel_one(request_id: str) -> str:
-        request_id = (request_id or "").strip()
-        if board.cancel(request_id):
-            return f"cancelling {html.escape(request_id)}"
-        return f"no request in flight with id {html.escape(request_id)!r}"
+    async def on_cancel_one(request_id: str):
+        async for line in handlers.cancel_request(board, request_id):
+            yield line
 
     @requests.select(outputs=cancel_id, api_visibility="private")
     def on_request_select(evt: gr.SelectData) -> str:
+        # The table shows short ids; the box gets the full one, which names the request wherever it is used.
         row = evt.row_value or []
-        return str(row[0]) if row else ""
+        return (handlers.full_request_id(board, str(row[0])) or str(row[0])) if row else ""
 
     @tiles.select(outputs=[video, details, download], api_visibility="private")
     def on_tile_select(evt: gr.SelectData) -> dict[gr.Component, Any]:

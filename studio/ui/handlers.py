@@ -4,30 +4,56 @@ modules) and no server logic (studio.backend)."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import html
 import io
 import json
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
+from studio import tiers
+from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
+from studio.backend.request_state import RequestState, RequestView
 from studio.backend.spec import MAX_SEED, RunSpec
 from studio.tiers import TierError
+from studio.ui import tables
 
 MAX_UPLOAD_BYTES = 20 * 2**20
 UPLOAD_FORMATS = ("BMP", "JPEG", "PNG", "WEBP")  # Pillow's names of the formats an engine reads as a first frame
 
 
+# The form's words for the fields the models check, where a model's field name is not what the page shows.
+FIELD_LABELS = {
+    "negative_prompt": "negative prompt",
+    "num_inference_steps": "steps",
+    "guidance_scale": "guidance",
+    "num_frames": "frames",
+    "seed_policy": "seed per copy",
+    "copies": "copies per prompt",
+    "input_reference": "image",
+    "generate_sound": "sound",
+}
+
+
 def describe_error(exc: Exception) -> str:
+    """A checking error in the form's words: each field by its label, then what is wrong with it."""
     if isinstance(exc, ValidationError):
         parts = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
+            field = ".".join(str(FIELD_LABELS.get(str(p), p)) for p in err["loc"])
             message = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "string_too_long":
+                given = err.get("input")
+                message = f"at most {err['ctx']['max_length']} characters" + (
+                    f", got {len(given)}" if isinstance(given, str) else ""
+                )
             parts.append(f"{field}: {message}" if field and field not in ("prompts",) else message)
         return "; ".join(parts)
     return str(exc)
@@ -73,28 +99,47 @@ def _given(value: Any) -> bool:
     return value not in (None, "")
 
 
+def number_field(form: dict[str, Any], name: str, kind: type[int] | type[float], default: Any = None) -> Any:
+    """A number of the form (a Number component may send a float, an API caller a string), or `default` when it
+    is left empty; anything else is refused in the field's words."""
+    value = form.get(name)
+    if not _given(value):
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number != number or (kind is int and not number.is_integer()):
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{FIELD_LABELS.get(name, name)} must be {what}, got {str(value)[:40]!r}")
+    return kind(number)
+
+
 def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
-    """The Generate form's values (keys: its field names) as a RunSpec, checked for this engine."""
+    """The Generate form's values (keys: its field names) as a RunSpec, checked for this engine, every request it
+    makes included (what the wire contract limits, such as the negative prompt's length)."""
     prompts = [line for line in str(form.get("prompts") or "").splitlines()]
-    frames = form.get("frames")
+    tier, aspect = str(form.get("tier")), str(form.get("aspect") or "16:9")
+    tiers.size_for(tier, aspect)  # an unknown tier or aspect is named before anything reads it
     spec = RunSpec(
         prompts=prompts or [""],
-        negative_prompt=(form.get("negative_prompt") or "").strip() or None,
-        tier=form["tier"],
-        aspect=form["aspect"],
-        frames=int(frames) if _given(frames) else controller.default_frames(form["tier"]),
-        fps=int(form.get("fps") or 24),
-        steps=int(form["steps"]) if _given(form.get("steps")) else None,
-        guidance=float(form["guidance"]) if _given(form.get("guidance")) else None,
+        negative_prompt=str(form.get("negative_prompt") or "").strip() or None,
+        tier=tier,
+        aspect=aspect,
+        frames=number_field(form, "frames", int, controller.default_frames(tier)),
+        fps=number_field(form, "fps", int, tiers.DEFAULT_FPS),
+        steps=number_field(form, "steps", int),
+        guidance=number_field(form, "guidance", float),
         seed=parse_seed(form.get("seed")),
         seed_policy=form.get("seed_policy") or "fixed",
-        copies=int(form["copies"]) if _given(form.get("copies")) else 1,
-        concurrency=int(form["concurrency"]) if _given(form.get("concurrency")) else 1,
+        copies=number_field(form, "copies", int, 1),
+        concurrency=number_field(form, "concurrency", int, 1),
         guardrails=bool(form.get("guardrails", True)),
         generate_sound=bool(form.get("sound", False)),
         input_reference=check_upload(form.get("image")),
     )
     spec.shape()
+    spec.build_requests()
     return spec
 
 
@@ -103,16 +148,77 @@ async def submit(controller: StudioController, form: dict[str, Any]) -> str:
     try:
         spec = build_spec(form, controller)
     except (ValidationError, TierError, ValueError) as exc:
-        return f"**cannot generate**: {html.escape(describe_error(exc))}"
+        return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
     if controller.starting:
         await controller.wait_until_ready()
     try:
         run = controller.new_run(spec)
-    except RuntimeError as exc:
-        return f"**cannot generate**: {html.escape(str(exc))}"
+    except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError
+        return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
     run.start()
     count = len(run.views)
     return f"queued {count} request{'s' * (count != 1)} ({html.escape(run.id)}), {spec.concurrency} at a time"
+
+
+# ---- Cancel ----------------------------------------------------------------------------------------
+CANCEL_WAIT_S = 30.0  # how long the status line follows cancelled requests to their end
+CANCEL_POLL_S = 0.1
+
+
+def full_request_id(board: RequestBoard, shown: str) -> str | None:
+    """The request a table row or the id box names: its full id, or the short one the table shows."""
+    shown = (shown or "").strip()
+    if not shown:
+        return None
+    return next((view.id for view in board.views() if shown in (view.id, tables.short(view.id))), None)
+
+
+def _plural(count: int) -> str:
+    return f"{count} request{'s' * (count != 1)}"
+
+
+async def _until_finished(views: list[RequestView]) -> None:
+    """Until the views end (their servers confirm the cancel), or CANCEL_WAIT_S."""
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while any(not view.state.finished for view in views) and time.monotonic() < deadline:
+        await asyncio.sleep(CANCEL_POLL_S)
+
+
+def _cancel_outcome(views: list[RequestView]) -> str:
+    cancelled = sum(view.state is RequestState.CANCELLED for view in views)
+    done = sum(view.state is RequestState.DONE for view in views)
+    stopping = sum(not view.state.finished for view in views)
+    parts = [f"cancelled {_plural(cancelled)}"]
+    if done:
+        parts.append(f"{done} finished first")
+    if stopping:
+        parts.append(f"{stopping} still stopping")
+    return ", ".join(parts)
+
+
+async def cancel_all(board: RequestBoard) -> AsyncIterator[str]:
+    """Cancel everything in flight: the status line says so, then what came of it."""
+    targets = board.active()
+    count = board.cancel_all()
+    if not count:
+        yield "nothing in flight to cancel"
+        return
+    yield f"cancelling {_plural(count)} ..."
+    await _until_finished(targets)
+    yield _cancel_outcome(targets)
+
+
+async def cancel_request(board: RequestBoard, shown: str) -> AsyncIterator[str]:
+    """Cancel the request a selected row (or a typed id, short or full) names."""
+    request_id = full_request_id(board, shown)
+    found = board.find(request_id) if request_id else None
+    if found is None or not board.cancel(request_id):
+        yield f"no request in flight with id {html.escape((shown or '').strip())!r}"
+        return
+    view = found[1]
+    yield f"cancelling {html.escape(tables.short(request_id))} ..."
+    await _until_finished([view])
+    yield f"{html.escape(tables.short(request_id))}: {_cancel_outcome([view])}"
 
 
 # ---- History ---------------------------------------------------------------------------------------

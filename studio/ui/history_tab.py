@@ -11,12 +11,21 @@ from pydantic import ValidationError
 from studio.backend.controller import StudioController
 from studio.ui import handlers, tables
 
+REFRESH_S = 2.0
+
+
+def finished_runs(controller: StudioController) -> int:
+    """How many of this studio's runs have ended: the table is read again when that changes."""
+    return sum(run.finished for run in controller.board.runs)
+
 
 def build_history_tab(controller: StudioController) -> None:
     refresh = gr.Button("Refresh", elem_id="history-refresh")
+    # A callable value is read again at every page load: the table is current when the page opens.
     history = gr.Dataframe(
-        tables.history_table(controller), interactive=False, elem_id="history", label="Runs, newest first"
+        lambda: tables.history_table(controller), interactive=False, elem_id="history", label="Runs, newest first"
     )
+    seen_finished = gr.State(lambda: finished_runs(controller))
     run_id = gr.Textbox(label="Run id (select a row)", elem_id="history-run-id")
     with gr.Row():
         rerun = gr.Button("Re-run with the same settings", elem_id="history-rerun")
@@ -30,6 +39,15 @@ def build_history_tab(controller: StudioController) -> None:
     run_videos = gr.Gallery(label="Videos of the run", columns=4, height=300, elem_id="history-gallery")
 
     refresh.click(lambda: tables.history_table(controller), None, history, api_name="history")
+
+    @gr.Timer(REFRESH_S).tick(
+        inputs=seen_finished, outputs=[history, seen_finished], show_progress="hidden", api_visibility="private"
+    )
+    def on_tick(seen: int) -> dict[gr.Component, Any]:
+        finished = finished_runs(controller)
+        if finished == seen:
+            return {}
+        return {history: tables.history_table(controller), seen_finished: finished}
 
     @history.select(outputs=[run_id, run_requests, run_videos], api_visibility="private")
     def on_select(evt: gr.SelectData) -> dict[gr.Component, Any]:

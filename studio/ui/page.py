@@ -25,13 +25,13 @@ def build_page(controller: StudioController) -> gr.Blocks:
         engine_status = gr.Markdown(html.escape(controller.engine_summary()), elem_id="engine-status")
         with gr.Tabs():
             with gr.Tab("Generate", id="generate-tab"):
-                generate = build_generate_tab(controller, engine_status)
+                build_generate_tab(controller, engine_status)
             with gr.Tab("History", id="history-tab"):
                 build_history_tab(controller)
             with gr.Tab("Bench", id="bench-tab"):
                 build_bench_tab(controller)
             with gr.Tab("Server", id="server-tab"):
-                build_server_tab(controller, status=generate.status)
+                build_server_tab(controller)
         demo.load(controller.start_in_background, None, None, api_visibility="private")
 
         @demo.load(api_visibility="private")

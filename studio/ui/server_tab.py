@@ -132,14 +132,50 @@ async def endpoint_table(controller: StudioController) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ENDPOINT_COLUMNS)
 
 
-def build_server_tab(controller: StudioController, status: gr.Markdown) -> None:
-    """`status`: the Generate tab's status line, where start, stop and restart answer."""
+async def start_server(controller: StudioController) -> str:
+    """Start the engine (again after a stop, a crash or a failed start; or attach to the remote servers) and wait
+    until it is ready: the answer says how it went."""
+    if controller.ready():
+        return "already running: " + html.escape(controller.engine_summary())
+    try:
+        if controller.starting:  # the first start, or the one after new settings: under way, or about to be
+            await controller.wait_until_ready()
+        else:  # stopped, crashed or failed: the studio's background start is spent, so start here
+            await asyncio.to_thread(controller.start)
+    except Exception as exc:  # shown where the button is; the log below has the server's own words
+        return f"**start failed**: {html.escape(str(exc))}"
+    if not controller.ready():
+        return f"**start failed**: {html.escape(controller.start_error or controller.engine_summary())}"
+    return "started: " + html.escape(controller.engine_summary())
+
+
+async def stop_server(controller: StudioController) -> str:
+    server = controller.server
+    if server is None:
+        return "no managed server to stop" + ("" if controller.managed else " (remote servers run on their own)")
+    await asyncio.to_thread(controller.stop)
+    code = f" (exit code {server.exit_code})" if server.exit_code is not None else ""
+    return f"stopped{code}: Start brings it back"
+
+
+async def restart_server(controller: StudioController, form: Mapping[str, Any]) -> str:
+    """Apply the form's settings and start on them."""
+    try:
+        new_settings = StudioSettings.model_validate(settings_values(controller.settings, form))
+    except ValidationError as exc:
+        return f"**settings not applied**: {html.escape(handlers.describe_error(exc))}"
+    await asyncio.to_thread(controller.apply_settings, new_settings)
+    return await start_server(controller)
+
+
+def build_server_tab(controller: StudioController) -> None:
     settings = controller.settings
     state = gr.Markdown(elem_id="server-state")
     with gr.Row():
         start = gr.Button("Start", elem_id="server-start")
         stop = gr.Button("Stop", elem_id="server-stop")
         restart = gr.Button("Restart (applies the settings below)", elem_id="server-restart")
+    result = gr.Markdown("", elem_id="server-result")  # what the buttons above did
     form = settings_form(settings)
     auto_restart = gr.Checkbox(
         value=settings.auto_restart,
@@ -171,25 +207,19 @@ def build_server_tab(controller: StudioController, status: gr.Markdown) -> None:
     async def on_metrics_tick() -> pd.DataFrame:
         return await endpoint_table(controller)
 
-    @start.click(outputs=status, api_name="start_server")
-    def on_start() -> str:
-        controller.start_in_background()
-        return "starting"
+    @start.click(outputs=result, api_name="start_server")
+    async def on_start():
+        yield "starting ..."
+        yield await start_server(controller)
 
-    @stop.click(outputs=status, api_name="stop_server")
+    @stop.click(outputs=result, api_name="stop_server")
     async def on_stop() -> str:
-        await asyncio.to_thread(controller.stop)
-        return "stopped"
+        return await stop_server(controller)
 
-    @restart.click(inputs_kwargs=form, outputs=status, api_name="restart_server")
-    async def on_restart(**values: Any) -> str:
-        try:
-            new_settings = StudioSettings.model_validate(settings_values(controller.settings, values))
-        except ValidationError as exc:
-            return f"**settings not applied**: {html.escape(handlers.describe_error(exc))}"
-        await asyncio.to_thread(controller.apply_settings, new_settings)
-        controller.start_in_background()
-        return "restarting with the new settings"
+    @restart.click(inputs_kwargs=form, outputs=result, api_name="restart_server")
+    async def on_restart(**values: Any):
+        yield "restarting with the new settings ..."
+        yield await restart_server(controller, values)
 
     auto_restart.change(controller.set_auto_restart, auto_restart, None, api_visibility="private")
     doctor.click(lambda: collect_report(controller.settings), None, doctor_report, api_name="doctor")

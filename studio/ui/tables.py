@@ -20,19 +20,36 @@ STATE_LABELS = {
     RequestState.WAITING: "waiting in the studio",
     RequestState.QUEUED: "queued at the server",
 }
-REQUEST_COLUMNS = ["id", "prompt", "tier", "state", "progress", "elapsed s", "queue s", "inference s", "ETA s", "note"]
+# Queue wait and inference are bounds, not readings (studio.backend.client.RequestTimings): the headers say which.
+QUEUE_WAIT_COLUMN = "queue s (at least)"
+INFERENCE_COLUMN = "inference s (at most)"
+REQUEST_COLUMNS = [
+    "id",
+    "prompt",
+    "tier",
+    "state",
+    "progress",
+    "elapsed s",
+    QUEUE_WAIT_COLUMN,
+    INFERENCE_COLUMN,
+    "ETA s",
+    "note",
+]
+REQUEST_COLUMN_WIDTHS = ["7%", "20%", "6%", "9%", "7%", "7%", "8%", "8%", "6%", "22%"]
+NO_ESTIMATE = "no estimate yet: the first request of this shape (the server reports no progress)"
+ESTIMATED = "progress estimated from earlier requests of this shape"
 STATS_COLUMNS = [
     "requests",
     "p50 s",
     "p90 s",
     "p99 s",
     "max s",
-    "mean queue wait s",
-    "mean inference s",
+    "mean queue wait s (at least)",
+    "mean inference s (at most)",
     "videos/min",
 ]
 HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "requests", "done", "failed"]
-RUN_REQUEST_COLUMNS = ["id", "prompt", "state", "latency s", "seed", "error"]
+RUN_REQUEST_COLUMNS = ["id", "prompt", "state", "latency s", QUEUE_WAIT_COLUMN, INFERENCE_COLUMN, "seed", "error"]
 
 
 def short(request_id: str) -> str:
@@ -54,18 +71,18 @@ def request_table(board: RequestBoard, now: float | None = None) -> pd.DataFrame
     for view in board.views()[:REQUEST_ROWS]:
         t = view.timings
         progress = board.progress(view, now)
-        note = view.error or ""
+        note, percent = view.error or "", f"{progress.percent:.0f}%"
         if view.guardrail_blocked:
             note = "blocked by guardrails: " + note
         elif progress.estimated and not view.state.finished:
-            note = "progress estimated from earlier requests of this shape"
+            note, percent = (NO_ESTIMATE, "–") if progress.eta_s is None else (ESTIMATED, percent)
         rows.append(
             [
                 short(view.id),
                 view.request.prompt[:80],
                 view.tier or view.request.size,
                 STATE_LABELS.get(view.state, str(view.state)),
-                f"{progress.percent:.0f}%",
+                percent,
                 round(view.elapsed_s, 1),
                 rounded(t.queue_wait_s),
                 rounded(t.inference_s),
@@ -104,7 +121,8 @@ def details_markdown(view: RequestView) -> str:
 
     return (
         f"**{html.escape(view.request.prompt[:300])}**\n\n"
-        f"latency {seconds(t.latency_s)} · queue {seconds(t.queue_wait_s)} · inference {seconds(t.inference_s)} · "
+        f"latency {seconds(t.latency_s)} · queue at least {seconds(t.queue_wait_s)} · "
+        f"inference at most {seconds(t.inference_s)} · "
         f"seed {view.request.seed} · job `{html.escape(view.job_id or '')}`\n\n```json\n{params}\n```"
     )
 
@@ -131,5 +149,15 @@ def history_table(controller: StudioController) -> pd.DataFrame:
 
 def run_request_table(requests: list[dict[str, Any]]) -> pd.DataFrame:
     """The requests of one run (handlers.run_requests_flat's rows)."""
-    rows = [[r["id"], r["prompt"][:60], r["state"], rounded(r["latency_s"]), r["seed"], r["error"]] for r in requests]
+    rows = [
+        [
+            r["id"],
+            r["prompt"][:60],
+            r["state"],
+            *(rounded(r[key]) for key in ("latency_s", "queue_wait_s", "inference_s")),
+            r["seed"],
+            r["error"],
+        ]
+        for r in requests
+    ]
     return frame(rows, RUN_REQUEST_COLUMNS)

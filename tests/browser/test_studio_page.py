@@ -125,3 +125,31 @@ def test_bad_input_gets_a_clear_message(browser, studio_app):
         page.locator("#status").get_by_text("seed must be a whole number").wait_for(timeout=30_000)
     finally:
         page.close()
+
+
+def test_history_is_current_without_refresh_and_server_buttons_answer_in_their_tab(browser, studio_app):
+    page = browser.new_page()
+    try:
+        page.goto(studio_app.url)
+        page.locator("#engine-status").get_by_text("ready at").wait_for(timeout=120_000)
+        fill_form(page, "a history marker", frames=5, steps=2, copies=1, concurrency=1)
+        page.locator("#generate").click()
+        run_id = re.search(r"run_\w+", page.locator("#status").get_by_text("queued").inner_text()).group(0)
+        page.locator("#stats").get_by_text("1 completed").wait_for(timeout=240_000)
+        page.get_by_role("tab", name="History").click()
+        expect(page.locator("#history")).to_contain_text(run_id, timeout=30_000)  # no Refresh pressed
+        page.locator("#history").get_by_text(run_id).last.click()
+        expect(page.locator("#history-requests")).to_contain_text("latency s", timeout=30_000)
+
+        page.get_by_role("tab", name="Server").click()
+        page.locator("#server-stop").click()
+        expect(page.locator("#server-result")).to_contain_text("stopped", timeout=60_000)
+        page.locator("#server-start").click()
+        expect(page.locator("#server-result")).to_contain_text("started", timeout=120_000)
+        expect(page.locator("#server-state")).to_contain_text("ready", timeout=30_000)
+        page.get_by_role("tab", name="Generate").click()
+        assert "start" not in page.locator("#status").inner_text()
+        # Loading the page leaves nothing for the terminal: no warning of Gradio's about the page's own events.
+        assert "UserWarning" not in studio_app.log.read_text()
+    finally:
+        page.close()

@@ -177,3 +177,22 @@ def test_rejections_carry_the_servers_own_message(engine, tmp_path):
     assert mismatch.status_code == 400 and str(mismatch).startswith("HTTP 400: Model mismatch: request specifies")
     assert unknown.status_code == 404 and str(unknown) == "Video not found"
     assert cancelled is False and not (tmp_path / "nope.mp4.part").exists()
+
+
+def test_an_idle_server_shows_no_queue_wait_and_its_own_inference_time(engine, tmp_path):
+    """The first poll comes a poll interval after sending: the job's start is not read from it, so a job that left
+    the queue at once shows no queue wait, and the server's own inference time stands."""
+    interval = 0.25
+
+    async def main():
+        async with VideoClient(engine.base_url, poll_interval_s=interval) as client:
+            return await client.run(request(num_frames=9, num_inference_steps=30), tmp_path / "v.mp4")
+
+    outcome = asyncio.run(main())
+    t = outcome.timings
+    assert outcome.record.status is JobStatus.COMPLETED
+    assert t.queue_wait_s < interval / 2, t.as_dict()
+    assert t.inference_s == pytest.approx(outcome.record.inference_time_s)
+    assert t.queue_wait_s <= t.queue_wait_max_s and t.queue_wait_s + t.inference_s <= t.server_s + 1e-6
+    figures = t.as_dict()
+    assert "lower bound" in figures["bounds"] and figures["queue_wait_max_s"] is not None

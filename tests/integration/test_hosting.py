@@ -61,6 +61,8 @@ def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):
             if "could not create a share link" in line:
                 break
         assert any("could not create a share link" in line and "Still serving locally" in line for line in lines)
+        assert any("no share tunnel can be reached from this machine" in line for line in lines)
+        assert not any("share=True" in line or "launch()" in line for line in lines)
         page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
         assert page.status_code == 200
         # --auth guards the page's API: an anonymous config request gets no app.
@@ -91,3 +93,22 @@ def test_sigterm_stops_the_managed_engine_too(tmp_path):
     while time.monotonic() < deadline and not port_is_free(port):
         time.sleep(0.2)
     assert port_is_free(port), "the engine outlived the studio"
+
+
+def test_a_taken_port_is_named_before_any_url(tmp_path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "studio", "ui", "--port", str(port), "--out", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 2
+    assert f"port {port} on 127.0.0.1 is taken" in result.stderr and "--port" in result.stderr
+    assert "http://" not in result.stdout and "Traceback" not in result.stderr
+    assert "GRADIO_SERVER_PORT" not in result.stderr

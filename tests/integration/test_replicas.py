@@ -1,4 +1,4 @@
-"""Two real engines behind the router: one goes down, its requests go to the other, it comes back."""
+"""Real engines behind the router: one goes down, its requests go elsewhere or wait for it, it comes back."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
-from tests.conftest import start_engine
+from tests.conftest import MODEL_NAME, start_engine
 
 pytestmark = pytest.mark.integration
 
@@ -56,3 +56,35 @@ def test_a_dead_replica_is_skipped_and_comes_back(tmp_path):
     finally:
         alive.stop()
         doomed.stop()
+
+
+def test_a_single_server_that_went_down_is_waited_for_and_comes_back(tmp_path):
+    server = start_engine(tmp_path / "only")
+    try:
+        pool = EndpointPool.from_urls([server.base_url], poll_interval_s=0.05)
+        assert pool.served_models() == [MODEL_NAME]  # as the server names it, not the studio's settings
+        store = OutputStore(tmp_path / "outputs")
+        server.stop()
+
+        async def main():
+            run = Run(
+                RunSpec(prompts=["back"], tier="256p", aspect="1:1", frames=5, steps=2),
+                pool,
+                store,
+                server_wait_s=120.0,
+            )
+            run.start()
+            view = run.views[0]
+            while "waiting up to 120 s" not in (view.error or ""):  # says why it waits, instead of failing
+                assert not view.state.finished, view.error
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(server.start, same_port=True)
+            await run.wait()
+            await pool.close()
+            return view
+
+        view = asyncio.run(main())
+        assert view.state is RequestState.DONE and view.error is None
+        assert pool.endpoints[0].healthy
+    finally:
+        server.stop()

@@ -137,6 +137,14 @@ def test_cancel_all_stops_in_flight_work(controller):
         ({"concurrency": 0}, "greater than or equal to 1"),
         ({"concurrency": 10**6}, "less than or equal to 256"),
         ({"copies": 0}, "greater than or equal to 1"),
+        ({"negative_prompt": "x" * 25_000}, "negative prompt: at most 20000 characters, got 25000"),
+        ({"frames": "many"}, "frames must be a whole number, got 'many'"),
+        ({"steps": 2.5}, "steps must be a whole number"),
+        ({"guidance": "high"}, "guidance must be a number, got 'high'"),
+        ({"concurrency": "all"}, "concurrency must be a whole number"),
+        ({"tier": "8k"}, "unknown tier '8k'"),
+        ({"aspect": "5:3"}, "unknown aspect '5:3'"),
+        ({"seed_policy": "sometimes"}, "seed per copy: Input should be"),
     ],
 )
 def test_bad_input_gets_a_clear_message(controller, change, message):
@@ -246,3 +254,88 @@ def test_server_form_keeps_what_it_leaves_blank():
     values = StudioSettings.model_validate(settings_values(current, form))
     assert values.remote_urls == ["http://a:1", "http://b:2"]
     assert values.api_key_value() == "sk-kept" and values.tensor_parallel_size == 2 and values.gpus is None
+
+
+def test_cancel_from_a_selected_row_and_the_status_line_follows(controller):
+    async def main():
+        await handlers.submit(controller, {**FORM, "frames": 33, "steps": 200, "copies": 2, "concurrency": 1})
+        run = controller.board.runs[-1]
+        while not any(v.state is RequestState.RUNNING for v in run.views):
+            await asyncio.sleep(0.05)
+        running = next(v for v in run.views if v.state is RequestState.RUNNING)
+        # The table shows a short id; selecting its row gives the full id, and both cancel it.
+        shown = tables.request_table(controller.board).set_index("state").loc["running", "id"]
+        assert shown == tables.short(running.id) and handlers.full_request_id(controller.board, shown) == running.id
+        one = [line async for line in handlers.cancel_request(controller.board, shown)]
+        assert running.state is RequestState.CANCELLED
+        everything = [line async for line in handlers.cancel_all(controller.board)]
+        return run, one, everything
+
+    run, one, everything = asyncio.run(main())
+    assert one[-1] == f"{tables.short(run.views[0].id)}: cancelled 1 request"
+    assert everything == ["cancelling 3 requests ...", "cancelled 3 requests"]
+    assert all(v.state is RequestState.CANCELLED for v in run.views)
+    timeline = figures.timeline_frame(controller.board)
+    cancelled = timeline[(timeline[figures.PHASE] == figures.CANCELLED) & (timeline[figures.SECONDS] > 0)]
+    assert not cancelled.empty and figures.CANCELLED in figures.LEGEND  # cancelled bars have a legend entry
+
+
+def test_a_shape_never_seen_says_no_estimate_yet():
+    from studio.backend.board import RequestBoard
+    from studio.backend.request_state import RequestView
+    from studio.protocol import VideoRequest
+
+    class OneRun:
+        def __init__(self, views):
+            self.views = views
+
+        def add_listener(self, listener):
+            pass
+
+    view = RequestView("req_0123456789ab", "run_x", 0, VideoRequest(prompt="p", width=64, height=64))
+    view.state, view.timings.first_running = RequestState.RUNNING, view.timings.created
+    board = RequestBoard()
+    board.add_run(OneRun([view]))
+    row = tables.request_table(board).iloc[0]
+    assert row["progress"] == "–" and row["note"].startswith("no estimate yet")
+
+
+def test_the_run_requests_table_names_its_columns_and_rounds():
+    rows = [
+        {
+            "id": "req_1",
+            "prompt": "p",
+            "state": "done",
+            "latency_s": 13.56493854522705,
+            "queue_wait_s": 0.123456,
+            "inference_s": 12.987654,
+            "seed": 3,
+            "error": None,
+        }
+    ]
+    table = tables.run_request_table(rows)
+    assert list(table.columns) == tables.RUN_REQUEST_COLUMNS and all(not str(c).isdigit() for c in table.columns)
+    assert table.iloc[0]["latency s"] == 13.56 and table.iloc[0][tables.INFERENCE_COLUMN] == 12.99
+
+
+def test_bench_goodput_without_an_slo_says_why():
+    cell = {name: None for name in bench_view.SUMMARY_COLUMNS} | {"guardrails": True, "concurrency": 1}
+    table = bench_view.summary_table({"cells": [cell]})
+    assert table["goodput"].iloc[0] == bench_view.NO_SLO
+
+
+def test_the_server_tab_starts_again_after_a_stop(controller):
+    from studio.ui import server_tab
+
+    stopped = asyncio.run(server_tab.stop_server(controller))
+    assert stopped.startswith("stopped") and not controller.ready()
+    started = asyncio.run(server_tab.start_server(controller))
+    assert started.startswith("started") and controller.ready(), started
+
+    async def generate():
+        status = await handlers.submit(controller, {**FORM, "copies": 1, "prompts": "after"})
+        await wait_finished(controller)
+        return status
+
+    assert asyncio.run(generate()).startswith("queued 1")
+    assert controller.board.runs[-1].views[0].state is RequestState.DONE

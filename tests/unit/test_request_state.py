@@ -43,3 +43,12 @@ def test_a_failed_job_gives_its_reason_and_a_guardrail_block_is_noted():
     blocked = JobRecord(id="video_1", status=JobStatus.FAILED, error=JobError(message="Blocked by the guardrail"))
     assert view.job_failure(blocked) == "Blocked by the guardrail" and view.guardrail_blocked
     assert view.job_failure(JobRecord(id="video_1", status=JobStatus.FAILED)) == "job ended failed"
+
+
+def test_elapsed_time_stops_when_a_request_is_cancelled_or_fails():
+    for state in (RequestState.CANCELLED, RequestState.FAILED):
+        request = VideoRequest(prompt="p", width=320, height=192, num_frames=33)
+        view = RequestView(id="req_x", run_id="run", position=0, request=request)
+        view.timings.created -= 10.0
+        view.finish(state, "stopped")
+        assert view.elapsed_s == view.finished_at - view.timings.created  # not counting on from now
