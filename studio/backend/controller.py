@@ -56,6 +56,9 @@ class StudioController:
         lost = self.store.mark_unfinished_lost()
         if lost:
             log.warning("%d requests of an earlier studio never reached a server; marked lost", lost)
+        # What an earlier studio left at servers, read before this one sends anything: followed up later
+        # (resume_unfinished), never mixed with this studio's own requests in flight by then.
+        self._leftovers = self.store.resumable()
         self._resumed = False
         self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
         self.auto_restart_note: str | None = None  # the last auto-restart, for the page
@@ -265,7 +268,7 @@ class StudioController:
         if self._resumed:
             return 0
         self._resumed = True
-        leftovers = await leftovers_to_follow(self.store, **self._client_options())
+        leftovers = await leftovers_to_follow(self.store, rows=self._leftovers, **self._client_options())
         if leftovers is None:
             return 0
         pool, rows = leftovers

@@ -77,11 +77,16 @@ def follow_up(view: RequestView, pool: EndpointPool) -> Recovery:
 
 
 async def leftovers_to_follow(
-    store: OutputStore, api_key: str | None = None, **client_options: float
+    store: OutputStore,
+    api_key: str | None = None,
+    rows: list[dict[str, Any]] | None = None,
+    **client_options: float,
 ) -> tuple[EndpointPool, list[dict[str, Any]]] | None:
     """Requests an earlier studio left at servers (history rows with a job id): those whose server still answers,
-    with a pool of those servers, to be followed up; the others are marked lost in history, with the reason."""
-    rows = store.resumable()
+    with a pool of those servers, to be followed up; the others are marked lost in history, with the reason.
+    `rows`: the leftovers as read when this studio started (default: read now), so that requests this studio
+    has sent since are never taken for an earlier one's."""
+    rows = store.resumable() if rows is None else rows
     if not rows:
         return None
     urls = sorted({row["endpoint"] for row in rows if row["endpoint"]})
