@@ -168,13 +168,34 @@ class StudioSettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="address the page binds")
     port: int = Field(default=7860, ge=1, le=65535, description="port of the page")
     share: bool = Field(default=False, description="a public link through Gradio's tunnel")
-    auth: str | None = Field(default=None, description="user:pass required to open the page")
-    insecure: bool = Field(default=False, description="allow a non-loopback host or --share without --auth")
+    # Who is who: accounts of the page, which of them are operators, and whether strangers may generate.
+    auth: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="an account of the page, user:pass (repeatable); each account is its own visitor",
+        json_schema_extra={"repeat": True},
+    )
+    auth_file: Path | None = Field(
+        default=None, description="a file of accounts, one user:pass per line (# starts a comment)"
+    )
+    operators: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="a user who runs the servers and sees everyone's work (repeatable; default: the first --auth "
+        "user; on a Space, Hugging Face user names)",
+        json_schema_extra={**_flags("--operator"), "repeat": True},
+    )
+    allow_anonymous: bool = Field(
+        default=False,
+        description="let visitors who have not signed in generate, each browser its own visitor (never an operator)",
+    )
+    insecure: bool = Field(
+        default=False,
+        description="serve a non-loopback host or --share with no sign-in, every visitor an operator",
+    )
     default_tier: Literal["256p", "480p", "720p"] = Field(default="256p", description="the page's tier at start")
     default_frames: int | None = Field(default=None, ge=1, description="frames when none are given (tier default)")
     default_steps: InferenceSteps | None = Field(default=None, description="steps when none are given")
 
-    @field_validator("remote_urls", mode="before")
+    @field_validator("remote_urls", "auth", "operators", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:
         # Env gives a string; accept "a,b" besides JSON.

@@ -22,7 +22,7 @@ from studio.backend.runs import Run
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus, managed_server_for
-from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
 from studio.config import StudioSettings
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,16 @@ EMBEDDED_DEFAULT_FRAMES = 33
 HOUR_S = 3600.0
 # The page's field and the CLI's flag that give remote servers: a message about them names both.
 REMOTE_URLS_WHERE = "the Server tab's 'Remote URLs', or --url"
+
+
+# What the operator may change while the studio serves: how visitors share the servers.
+SHARING_FIELDS = (
+    "in_flight_slots",
+    "visitor_max_in_flight",
+    "visitor_max_queued",
+    "visitor_max_videos_per_hour",
+    "cancel_unsent_on_close",
+)
 
 
 class StudioController:
@@ -49,6 +59,7 @@ class StudioController:
         self.board = RequestBoard()
         # One dispatcher for every run: the studio's in-flight slots, shared fairly across visitors.
         self.dispatcher = FairShare(self._slot_count(len(settings.remote_urls) or 1), settings.visitor_max_in_flight)
+        self.open_pages = OpenPages()  # whose pages are open: the last one closing cancels what they had not sent
         self.served_model: str | None = None  # what the servers say they serve (GET /v1/models), once attached
         self._lock = threading.Lock()
         self._starter: threading.Thread | None = None
@@ -145,6 +156,19 @@ class StudioController:
             self.start_error = None
             self._starter = None
             self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
+
+    def apply_sharing(self, **values: object) -> StudioSettings:
+        """New sharing settings (slots, per-visitor limits, cancel on close): checked like the flags, and in effect
+        at once, for the requests already waiting too; the servers keep running. Raises ValidationError."""
+        unknown = set(values) - set(SHARING_FIELDS)
+        if unknown:
+            raise ValueError(f"not a sharing setting: {', '.join(sorted(unknown))}")
+        settings = StudioSettings.model_validate({**self.settings.model_dump(), **values})
+        with self._lock:
+            self.settings = settings
+            self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
+            self.dispatcher.set_slots(self._slot_count(len(self.pool.endpoints) if self.pool else 1))
+        return settings
 
     def set_auto_restart(self, on: bool) -> None:
         """Takes effect at once, for the runs under way too."""
@@ -247,6 +271,17 @@ class StudioController:
     def cancel_unsent(self, visitor: Visitor) -> int:
         """The visitor's requests not yet sent to a server are cancelled (their page closed); running ones finish."""
         return self.board.cancel_unsent(visitor)
+
+    def page_opened(self, visitor: Visitor, page: str) -> None:
+        self.open_pages.opened(visitor, page)
+
+    def page_closed(self, visitor: Visitor, page: str) -> int:
+        """A page of the visitor's closed: where it was their last, what they had not yet sent is cancelled
+        (unless the operator turned that off). Returns how many requests were cancelled."""
+        last = self.open_pages.closed(visitor, page)
+        if not (last and self.settings.cancel_unsent_on_close):
+            return 0
+        return self.cancel_unsent(visitor)
 
     def standing(self, visitor: Visitor) -> Standing:
         """Where the visitor's work stands: theirs queued and at a server, others' ahead of it, and an ETA."""

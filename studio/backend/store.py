@@ -121,6 +121,16 @@ class OutputStore:
             row = self._db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
         return _decode(row) if row else None
 
+    def owner_of(self, run_or_request_id: str) -> str | None:
+        """The visitor whose run this is, or whose run this request is part of; None if history has no such id."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT visitor FROM runs WHERE id = ?"
+                " UNION ALL SELECT r.visitor FROM requests q JOIN runs r ON r.id = q.run_id WHERE q.id = ?",
+                (run_or_request_id, run_or_request_id),
+            ).fetchone()
+        return row["visitor"] if row else None
+
     def run_requests(self, run_id: str, visitor_id: str | None = None) -> list[dict[str, Any]]:
         """The requests of a run, in order; with `visitor_id`, only if the run is theirs (None: anyone's)."""
         with self._lock:

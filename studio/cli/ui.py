@@ -7,7 +7,9 @@ import argparse
 from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
-PAGE_FIELDS = ("host", "port", "share", "auth", "insecure", "outputs_dir")
+PAGE_FIELDS = ("host", "port", "share", "outputs_dir")
+# Who is who on the page: accounts, operators, and whether visitors may come in without signing in.
+ACCESS_FIELDS = ("auth", "auth_file", "operators", "allow_anonymous", "insecure")
 # How the studio shares its servers among the people using the page.
 SHARING_FIELDS = (
     "in_flight_slots",
@@ -23,6 +25,7 @@ def register(sub: Subcommands) -> None:
     parser = sub.add_parser("ui", help="start the web studio", description="The web studio on its engine.")
     add_engine_flags(parser)
     add_studio_flags(parser.add_argument_group("page"), PAGE_FIELDS)
+    add_studio_flags(parser.add_argument_group("visitors and operators"), ACCESS_FIELDS)
     add_studio_flags(parser.add_argument_group("sharing"), SHARING_FIELDS)
 
 

@@ -11,6 +11,7 @@ from studio import tiers
 from studio.backend.bench_config import BenchConfig
 from studio.backend.controller import StudioController
 from studio.ui import bench_view
+from studio.ui.identity import PageAccess
 
 INTRO = (
     "Measure the endpoints this studio uses (the Server view): every tier x guardrails x concurrency cell, closed "
@@ -83,7 +84,8 @@ def bench_form(controller: StudioController) -> dict[str, gr.Component]:
     return form
 
 
-def build_bench_tab(controller: StudioController) -> None:
+def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
+    """The operator's tab: a bench loads every server of the studio, so only an operator may run one."""
     gr.Markdown(INTRO)
     form = bench_form(controller)
     run = gr.Button("Run bench", variant="primary", elem_id="bench-run")
@@ -97,7 +99,8 @@ def build_bench_tab(controller: StudioController) -> None:
     report = gr.File(label="report.json", interactive=False, elem_id="bench-report")
 
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report], api_name="bench")
-    async def on_bench(**values: Any):
+    async def on_bench(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
+        access.require_operator(request, profile, action="run a bench")
         async for update in bench_view.run_bench_view(controller, values):
             yield {
                 status: update.status,

@@ -14,6 +14,7 @@ import pandas as pd
 
 from studio.backend.board import RequestBoard
 from studio.backend.request_state import RequestState, RequestView
+from studio.backend.visitors import Visitor
 
 THROUGHPUT_WINDOW_S = 10.0
 TIMELINE_REQUESTS = 80  # the most recent ones; more bars than this are too thin to read
@@ -59,11 +60,11 @@ class PageFigures:
     throughput: pd.DataFrame
 
 
-def latency_frame(board: RequestBoard) -> pd.DataFrame:
+def latency_frame(board: RequestBoard, scope: Visitor | None = None) -> pd.DataFrame:
     """The latency distribution as a cumulative curve: the share of finished videos made within each latency
     (the percentiles read off it; no bins to choose, whatever the range)."""
     latencies = sorted(
-        v.timings.latency_s for v in board.views() if v.state is RequestState.DONE and v.timings.latency_s
+        v.timings.latency_s for v in board.views(scope) if v.state is RequestState.DONE and v.timings.latency_s
     )
     shares = [round(100.0 * rank / len(latencies), 1) for rank in range(1, len(latencies) + 1)]
     return pd.DataFrame({LATENCY: [round(value, 2) for value in latencies], WITHIN: shares}, columns=[LATENCY, WITHIN])
@@ -83,9 +84,9 @@ def _segments(view: RequestView, origin: float) -> list[tuple[str, float]]:
     ]
 
 
-def timeline_frame(board: RequestBoard) -> pd.DataFrame:
+def timeline_frame(board: RequestBoard, scope: Visitor | None = None) -> pd.DataFrame:
     """One bar per finished request on one time axis (in the order they were sent), so concurrency shows."""
-    views = board.views()
+    views = board.views(scope)
     origin = min((v.timings.created for v in views), default=0.0)
     sent = sorted((v for v in views if v.state.finished and v.timings.sent is not None), key=lambda v: v.timings.sent)
     last_first = list(reversed(PHASE_COLORS))
@@ -98,16 +99,17 @@ def timeline_frame(board: RequestBoard) -> pd.DataFrame:
     return frame.sort_values(PHASE, key=lambda column: column.map(rank), kind="stable", ignore_index=True)
 
 
-def throughput_frame(board: RequestBoard) -> pd.DataFrame:
+def throughput_frame(board: RequestBoard, scope: Visitor | None = None) -> pd.DataFrame:
     """Videos per minute in each window of THROUGHPUT_WINDOW_S, drawn as steps (a window's rate held across it),
     so that even the first window is a line."""
     points = [
         (start + edge, round(rate, 2))
-        for start, rate in board.throughput_series(THROUGHPUT_WINDOW_S)
+        for start, rate in board.throughput_series(THROUGHPUT_WINDOW_S, scope)
         for edge in (0.0, THROUGHPUT_WINDOW_S)
     ]
     return pd.DataFrame(points, columns=[ELAPSED, THROUGHPUT])
 
 
-def page_figures(board: RequestBoard) -> PageFigures:
-    return PageFigures(latency_frame(board), timeline_frame(board), throughput_frame(board))
+def page_figures(board: RequestBoard, scope: Visitor | None = None) -> PageFigures:
+    """The figures of the requests `scope` sees (None: everyone's)."""
+    return PageFigures(latency_frame(board, scope), timeline_frame(board, scope), throughput_frame(board, scope))

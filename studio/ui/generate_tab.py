@@ -15,7 +15,9 @@ import gradio as gr
 from studio import tiers
 from studio.backend.controller import StudioController
 from studio.backend.spec import MAX_CONCURRENCY, SeedPolicy
+from studio.backend.stats import summarize
 from studio.ui import figures, gallery, handlers, tables
+from studio.ui.identity import EVERYONE, MINE, PageAccess
 
 EXAMPLES = [
     "a red circle moving left on a white background",
@@ -118,7 +120,11 @@ def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
     return latency, timeline, throughput
 
 
-def build_generate_tab(controller: StudioController, engine_status: gr.Markdown) -> GenerateTab:
+def build_generate_tab(
+    controller: StudioController, access: PageAccess, engine_status: gr.Markdown, show: gr.Radio
+) -> GenerateTab:
+    """The tab; every event shows and touches only the work of the visitor asking (an operator's: everyone's
+    where their `show` switch says so)."""
     board = controller.board
     with gr.Row():
         with gr.Column(scale=2):
@@ -127,6 +133,7 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
                 generate = gr.Button("Generate", variant="primary", elem_id="generate")
                 cancel_all = gr.Button("Cancel all", variant="stop", elem_id="cancel-all")
             status = gr.Markdown("", elem_id="status")
+            standing = gr.Markdown("", elem_id="standing")
         with gr.Column(scale=3):
             video = gr.Video(label="Selected video", elem_id="video", autoplay=True, loop=True, interactive=False)
             details = gr.Markdown("", elem_id="details")
@@ -134,12 +141,13 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
             tiles = gr.Gallery(
                 label="Finished, newest first", columns=3, height=360, allow_preview=False, elem_id="gallery"
             )
-    counts = gr.Markdown(tables.counts_line(board.summary(), 0), elem_id="stats")
+    # Built empty: a component's first value is part of the page every visitor loads.
+    counts = gr.Markdown("", elem_id="stats")
     stats = gr.Dataframe(
-        tables.stats_table(board.summary()), interactive=False, elem_id="stats-table", label="Statistics"
+        tables.stats_table(summarize([])), interactive=False, elem_id="stats-table", label="Statistics"
     )
     requests = gr.Dataframe(
-        tables.request_table(board),
+        tables.frame([], tables.REQUEST_COLUMNS),
         interactive=False,
         wrap=True,
         column_widths=tables.REQUEST_COLUMN_WIDTHS,  # within the page's width: long notes wrap, nothing scrolls
@@ -154,30 +162,41 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
     seen_finished = gr.State(-1)
 
     @generate.click(inputs_kwargs=form, outputs=status, concurrency_limit=None, api_name="generate")
-    async def on_generate(image: str | None = None, **values: Any) -> str:
+    async def on_generate(
+        request: gr.Request, profile: gr.OAuthProfile | None, image: str | None = None, **values: Any
+    ) -> str:
         # `image` named with its default: API callers may leave the optional upload out.
-        return await handlers.submit(controller, {**values, "image": image})
+        visitor = access.require(request, profile)
+        return await handlers.submit(controller, {**values, "image": image}, visitor)
 
-    @cancel_all.click(outputs=status, api_name="cancel_all")
-    async def on_cancel_all():
-        async for line in handlers.cancel_all(board):
+    @cancel_all.click(inputs_kwargs={"show": show}, outputs=status, api_name="cancel_all")
+    async def on_cancel_all(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE):
+        visitor = access.require(request, profile)
+        async for line in handlers.cancel_all(board, visitor, everyone=show == EVERYONE):
             yield line
 
     @cancel_one.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="cancel")
-    async def on_cancel_one(request_id: str):
-        async for line in handlers.cancel_request(board, request_id):
+    async def on_cancel_one(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str):
+        visitor = access.require(request, profile)
+        async for line in handlers.cancel_request(board, request_id, visitor):
             yield line
 
     @requests.select(outputs=cancel_id, api_visibility="private")
-    def on_request_select(evt: gr.SelectData) -> str:
+    def on_request_select(evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None) -> str:
         # The table shows short ids; the box gets the full one, which names the request wherever it is used.
+        visitor = access.require(request, profile)
         row = evt.row_value or []
-        return (handlers.full_request_id(board, str(row[0])) or str(row[0])) if row else ""
+        if not row:
+            return ""
+        return handlers.full_request_id(board, str(row[0]), None if visitor.operator else visitor) or str(row[0])
 
     @tiles.select(outputs=[video, details, download], api_visibility="private")
-    def on_tile_select(evt: gr.SelectData) -> dict[gr.Component, Any]:
+    def on_tile_select(
+        evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
+        visitor = access.require(request, profile)
         found = board.find(gallery.request_id_in(evt.value) or "")
-        if found is None or found[1].video_path is None:
+        if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
             return {}
         view = found[1]
         return {
@@ -187,13 +206,14 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
         }
 
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
-    # the gallery and figures when a request finishes.
+    # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
     @gr.Timer(REFRESH_S).tick(
-        inputs=[seen_version, seen_finished],
+        inputs=[seen_version, seen_finished, show],
         outputs=[
             engine_status,
             requests,
             counts,
+            standing,
             stats,
             tiles,
             latency_plot,
@@ -205,27 +225,35 @@ def build_generate_tab(controller: StudioController, engine_status: gr.Markdown)
         show_progress="hidden",
         api_visibility="private",
     )
-    def refresh(version: int, finished_seen: int) -> dict[gr.Component, Any]:
+    def refresh(
+        version: Any, finished_seen: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
         updates: dict[gr.Component, Any] = {engine_status: html.escape(controller.engine_summary())}
-        # Read before the board: a change made while this runs shows on the next tick.
-        current, finished = board.version, len(board.finished_order)
-        active = board.active()
+        visitor = access.visitor(request, profile)
+        if visitor is None:  # not signed in: nothing of anyone's
+            return updates
+        scope = access.scope(visitor, shown)
+        # Read before the board: a change made while this runs shows on the next tick. The version a tick saw is
+        # kept with the view it was for, so switching between mine and everyone draws the other view in full.
+        current, finished = (board.version, shown), (len(board.finished_order), shown)
+        active = board.active(scope)
         if current == version and finished == finished_seen and not active:
             return updates
-        summary = board.summary()
+        summary = board.summary(scope)
         updates.update(
             {
-                requests: tables.request_table(board),
+                requests: tables.request_table(board, scope),
                 counts: tables.counts_line(summary, len(active)),
+                standing: tables.standing_line(controller.standing(visitor)),
                 seen_version: current,
             }
         )
         if finished != finished_seen:
-            page_figures = figures.page_figures(board)
+            page_figures = figures.page_figures(board, scope)
             updates.update(
                 {
                     stats: tables.stats_table(summary),
-                    tiles: gallery.gallery_items(board.done_newest_first()),
+                    tiles: gallery.gallery_items(board.done_newest_first(scope)),
                     seen_finished: finished,
                 }
             )

@@ -22,6 +22,7 @@ from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.spec import MAX_SEED, RunSpec
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.tiers import TierError
 from studio.ui import tables
 
@@ -143,8 +144,8 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
     return spec
 
 
-async def submit(controller: StudioController, form: dict[str, Any]) -> str:
-    """Queue a run; returns the status line. Earlier work keeps running."""
+async def submit(controller: StudioController, form: dict[str, Any], visitor: Visitor = LOCAL_OPERATOR) -> str:
+    """Queue a run of the visitor's; returns the status line. Earlier work keeps running."""
     try:
         spec = build_spec(form, controller)
     except (ValidationError, TierError, ValueError) as exc:
@@ -152,8 +153,8 @@ async def submit(controller: StudioController, form: dict[str, Any]) -> str:
     if controller.starting:
         await controller.wait_until_ready()
     try:
-        run = controller.new_run(spec)
-    except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError
+        run = controller.new_run(spec, visitor)
+    except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError; a limit a RuntimeError
         return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
     run.start()
     count = len(run.views)
@@ -165,12 +166,13 @@ CANCEL_WAIT_S = 30.0  # how long the status line follows cancelled requests to t
 CANCEL_POLL_S = 0.1
 
 
-def full_request_id(board: RequestBoard, shown: str) -> str | None:
-    """The request a table row or the id box names: its full id, or the short one the table shows."""
+def full_request_id(board: RequestBoard, shown: str, scope: Visitor | None = None) -> str | None:
+    """The request a table row or the id box names, among those `scope` sees (None: everyone's): its full id, or
+    the short one the table shows."""
     shown = (shown or "").strip()
     if not shown:
         return None
-    return next((view.id for view in board.views() if shown in (view.id, tables.short(view.id))), None)
+    return next((view.id for view in board.views(scope) if shown in (view.id, tables.short(view.id))), None)
 
 
 def _plural(count: int) -> str:
@@ -196,10 +198,11 @@ def _cancel_outcome(views: list[RequestView]) -> str:
     return ", ".join(parts)
 
 
-async def cancel_all(board: RequestBoard) -> AsyncIterator[str]:
-    """Cancel everything in flight: the status line says so, then what came of it."""
-    targets = board.active()
-    count = board.cancel_all()
+async def cancel_all(board: RequestBoard, by: Visitor = LOCAL_OPERATOR, everyone: bool = False) -> AsyncIterator[str]:
+    """Cancel what the visitor has in flight (an operator who asks: everyone's): the status line says so, then
+    what came of it."""
+    targets = board.active(None if everyone and by.operator else by)
+    count = board.cancel_all(by=by, everyone=everyone)
     if not count:
         yield "nothing in flight to cancel"
         return
@@ -208,11 +211,12 @@ async def cancel_all(board: RequestBoard) -> AsyncIterator[str]:
     yield _cancel_outcome(targets)
 
 
-async def cancel_request(board: RequestBoard, shown: str) -> AsyncIterator[str]:
-    """Cancel the request a selected row (or a typed id, short or full) names."""
-    request_id = full_request_id(board, shown)
+async def cancel_request(board: RequestBoard, shown: str, by: Visitor = LOCAL_OPERATOR) -> AsyncIterator[str]:
+    """Cancel the request a selected row (or a typed id, short or full) names. Another visitor's request reads
+    as no request at all: its id tells nothing."""
+    request_id = full_request_id(board, shown, None if by.operator else by)
     found = board.find(request_id) if request_id else None
-    if found is None or not board.cancel(request_id):
+    if found is None or not board.cancel(request_id, by=by):
         yield f"no request in flight with id {html.escape((shown or '').strip())!r}"
         return
     view = found[1]
@@ -240,9 +244,10 @@ REQUEST_EXPORT_FIELDS = [
 ]
 
 
-def run_requests_flat(controller: StudioController, run_id: str) -> list[dict[str, Any]]:
+def run_requests_flat(controller: StudioController, run_id: str, scope: Visitor | None = None) -> list[dict[str, Any]]:
+    """The requests of a run, if `scope` may see it (None: anyone's)."""
     flat = []
-    for row in controller.store.run_requests(run_id):
+    for row in controller.store.run_requests(run_id, scope.id if scope is not None else None):
         timings, params = row.get("timings") or {}, row.get("parameters") or {}
         flat.append(
             {
@@ -265,13 +270,14 @@ def run_requests_flat(controller: StudioController, run_id: str) -> list[dict[st
     return flat
 
 
-def _run_spec_record(controller: StudioController, run_id: str) -> dict[str, Any] | None:
-    return next((r["spec"] for r in controller.store.recent_runs(10_000) if r["id"] == run_id), None)
+def _run_spec_record(controller: StudioController, run_id: str, scope: Visitor | None) -> dict[str, Any] | None:
+    runs = controller.store.recent_runs(10_000, scope.id if scope is not None else None)
+    return next((r["spec"] for r in runs if r["id"] == run_id), None)
 
 
-def export_run(controller: StudioController, run_id: str, kind: str) -> Path:
-    """Write a run's requests as JSON or CSV under outputs/exports and return the file."""
-    rows = run_requests_flat(controller, run_id)
+def export_run(controller: StudioController, run_id: str, kind: str, scope: Visitor | None = None) -> Path:
+    """Write a run's requests (if `scope` may see it) as JSON or CSV under outputs/exports and return the file."""
+    rows = run_requests_flat(controller, run_id, scope)
     if not rows:
         raise ValueError(f"no run {run_id!r} in history")
     folder = controller.store.root / "exports"
@@ -279,7 +285,7 @@ def export_run(controller: StudioController, run_id: str, kind: str) -> Path:
     safe_id = "".join(ch for ch in run_id if ch.isalnum() or ch in "_-")
     path = folder / f"{safe_id}.{kind}"
     if kind == "json":
-        spec = _run_spec_record(controller, run_id) or {}
+        spec = _run_spec_record(controller, run_id, scope) or {}
         path.write_text(json.dumps({"run_id": run_id, "spec": spec, "requests": rows}, indent=2))
     else:
         buffer = io.StringIO()
@@ -290,8 +296,8 @@ def export_run(controller: StudioController, run_id: str, kind: str) -> Path:
     return path
 
 
-def rerun(controller: StudioController, run_id: str) -> RunSpec:
-    spec = _run_spec_record(controller, run_id)
+def rerun(controller: StudioController, run_id: str, scope: Visitor | None = None) -> RunSpec:
+    spec = _run_spec_record(controller, run_id, scope)
     if spec is None:
         raise ValueError(f"no run {run_id!r} in history")
     return RunSpec.model_validate(spec)

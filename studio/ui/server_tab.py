@@ -19,6 +19,7 @@ from studio.backend.supervisor import ServerState
 from studio.config import EngineMode, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers
+from studio.ui.identity import PageAccess
 
 REFRESH_S = 2.0
 LOG_LINES = 200
@@ -76,6 +77,45 @@ def settings_form(settings: StudioSettings) -> dict[str, gr.Component]:
             elem_id="server-allow-risky",
         )
     return form
+
+
+def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
+    """How visitors share the servers: applied at once, without a restart. A blank number means no limit (or the
+    default number of slots)."""
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        for name, label in (
+            ("in_flight_slots", "In-flight slots"),
+            ("visitor_max_in_flight", "Per visitor: in flight"),
+            ("visitor_max_queued", "Per visitor: queued"),
+            ("visitor_max_videos_per_hour", "Per visitor: videos per hour"),
+        ):
+            form[name] = gr.Number(
+                value=getattr(settings, name),
+                precision=0,
+                label=label,
+                info=described(name),
+                elem_id="sharing-" + name.replace("_", "-"),
+            )
+    form["cancel_unsent_on_close"] = gr.Checkbox(
+        value=settings.cancel_unsent_on_close,
+        label="Cancel a visitor's unsent requests when their page closes",
+        info=described("cancel_unsent_on_close"),
+        elem_id="sharing-cancel-on-close",
+    )
+    return form
+
+
+def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
+    values = {name: (None if value in (None, "") else value) for name, value in form.items()}
+    if values.get("visitor_max_queued") is None:  # it always has a limit: blank keeps the current one
+        values["visitor_max_queued"] = controller.settings.visitor_max_queued
+    try:
+        settings = controller.apply_sharing(**values)
+    except (ValidationError, ValueError) as exc:
+        return f"**not applied**: {html.escape(handlers.describe_error(exc))}"
+    limits = ", ".join(f"{name} {getattr(settings, name)}" for name in values)
+    return f"applied: {html.escape(limits)}"
 
 
 def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,7 +208,8 @@ async def restart_server(controller: StudioController, form: Mapping[str, Any]) 
     return await start_server(controller)
 
 
-def build_server_tab(controller: StudioController) -> None:
+def build_server_tab(controller: StudioController, access: PageAccess) -> None:
+    """The operator's tab: every event here refuses a visitor who is not an operator, and changes nothing."""
     settings = controller.settings
     state = gr.Markdown(elem_id="server-state")
     with gr.Row():
@@ -193,33 +234,60 @@ def build_server_tab(controller: StudioController) -> None:
         autoscroll=True,
         elem_id="server-log",
     )
+    with gr.Accordion("Sharing: how visitors share the servers (applies at once)", open=False):
+        sharing = sharing_form(settings)
+        apply = gr.Button("Apply", elem_id="sharing-apply")
+        sharing_result = gr.Markdown("", elem_id="sharing-result")
     doctor = gr.Button("Run doctor", elem_id="doctor")
     doctor_report = gr.JSON(label="Doctor", elem_id="doctor-report")
 
     timer = gr.Timer(REFRESH_S)
 
+    def is_operator(request: gr.Request, profile: gr.OAuthProfile | None) -> bool:
+        visitor = access.visitor(request, profile)
+        return visitor is not None and visitor.operator
+
     @timer.tick(outputs=[state, log_tail], show_progress="hidden", api_visibility="private")
-    def on_tick() -> tuple[str, str]:
+    def on_tick(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
+        if not is_operator(request, profile):  # the log and state are the operator's
+            return gr.skip(), gr.skip()
         lines = controller.server.log_tail(LOG_LINES) if controller.server else []
         return server_state_markdown(controller), "\n".join(lines)
 
     @timer.tick(outputs=endpoints, show_progress="hidden", api_visibility="private")
-    async def on_metrics_tick() -> pd.DataFrame:
+    async def on_metrics_tick(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
+        if not is_operator(request, profile):
+            return gr.skip()
         return await endpoint_table(controller)
 
     @start.click(outputs=result, api_name="start_server")
-    async def on_start():
+    async def on_start(request: gr.Request, profile: gr.OAuthProfile | None):
+        access.require_operator(request, profile, action="start the servers")
         yield "starting ..."
         yield await start_server(controller)
 
     @stop.click(outputs=result, api_name="stop_server")
-    async def on_stop() -> str:
+    async def on_stop(request: gr.Request, profile: gr.OAuthProfile | None) -> str:
+        access.require_operator(request, profile, action="stop the servers")
         return await stop_server(controller)
 
     @restart.click(inputs_kwargs=form, outputs=result, api_name="restart_server")
-    async def on_restart(**values: Any):
+    async def on_restart(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
+        access.require_operator(request, profile, action="restart the servers or change their settings")
         yield "restarting with the new settings ..."
         yield await restart_server(controller, values)
 
-    auto_restart.change(controller.set_auto_restart, auto_restart, None, api_visibility="private")
-    doctor.click(lambda: collect_report(controller.settings), None, doctor_report, api_name="doctor")
+    @auto_restart.change(inputs_kwargs={"on": auto_restart}, api_visibility="private")
+    def on_auto_restart(request: gr.Request, profile: gr.OAuthProfile | None, on: bool) -> None:
+        access.require_operator(request, profile, action="change auto-restart")
+        controller.set_auto_restart(on)
+
+    @apply.click(inputs_kwargs=sharing, outputs=sharing_result, api_name="sharing")
+    def on_apply_sharing(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any) -> str:
+        access.require_operator(request, profile, action="change how visitors share the servers")
+        return apply_sharing(controller, values)
+
+    @doctor.click(outputs=doctor_report, api_name="doctor")
+    def on_doctor(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[str, Any]:
+        access.require_operator(request, profile, action="run the doctor")
+        return collect_report(controller.settings)

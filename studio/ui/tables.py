@@ -12,8 +12,10 @@ import pandas as pd
 
 from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
+from studio.backend.fair_share import Standing
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.stats import LatencySummary
+from studio.backend.visitors import Visitor
 
 REQUEST_ROWS = 300
 STATE_LABELS = {
@@ -65,10 +67,11 @@ def frame(rows: list[list[Any]], columns: list[str]) -> pd.DataFrame:
 
 
 # ---- Generate tab ----------------------------------------------------------------------------------
-def request_table(board: RequestBoard, now: float | None = None) -> pd.DataFrame:
+def request_table(board: RequestBoard, scope: Visitor | None = None, now: float | None = None) -> pd.DataFrame:
+    """The requests `scope` sees (None: everyone's), newest first."""
     now = now or time.time()
     rows = []
-    for view in board.views()[:REQUEST_ROWS]:
+    for view in board.views(scope)[:REQUEST_ROWS]:
         t = view.timings
         progress = board.progress(view, now)
         note, percent = view.error or "", f"{progress.percent:.0f}%"
@@ -100,6 +103,11 @@ def counts_line(summary: LatencySummary, active: int) -> str:
     )
 
 
+def standing_line(standing: Standing) -> str:
+    """Where the visitor's own work stands; empty when they have none waiting or running."""
+    return str(standing) if standing.queued or standing.in_flight else ""
+
+
 def stats_table(summary: LatencySummary) -> pd.DataFrame:
     """Latency percentiles, mean queue wait and inference, and throughput: all requests, then each tier."""
 
@@ -128,9 +136,10 @@ def details_markdown(view: RequestView) -> str:
 
 
 # ---- History tab -----------------------------------------------------------------------------------
-def history_table(controller: StudioController) -> pd.DataFrame:
+def history_table(controller: StudioController, scope: Visitor | None = None) -> pd.DataFrame:
+    """The runs `scope` may see (None: everyone's), newest first."""
     rows = []
-    for run in controller.store.recent_runs(100):
+    for run in controller.store.recent_runs(100, scope.id if scope is not None else None):
         spec = run["spec"]
         prompts = spec.get("prompts", [])
         rows.append(

@@ -93,7 +93,9 @@ def test_the_api_key_reaches_the_engine_but_never_the_page_logs_or_files(tmp_pat
         stop_studio(studio)
 
 
-def test_only_the_outputs_folder_is_served_to_the_browser(tmp_path):
+def test_nothing_beside_the_studios_own_videos_is_served_to_the_browser(tmp_path):
+    """Videos, posters, sidecars and exports go to their owners (test_visitors.py); anything else in the outputs
+    folder (the history database, logs, a stray file) and anything outside it, to no one."""
     outputs = tmp_path / "outputs"
     studio = start_studio(outputs, tmp_path / "studio.log")
     try:
@@ -106,7 +108,8 @@ def test_only_the_outputs_folder_is_served_to_the_browser(tmp_path):
         def fetch(path: Path) -> httpx.Response:
             return httpx.get(f"{studio.url}/gradio_api/file={path.resolve()}", timeout=10)
 
-        assert fetch(inside).status_code == 200 and fetch(inside).text == "a result"
+        assert fetch(inside).status_code == 403 and "a result" not in fetch(inside).text
+        assert fetch(outputs / "history.sqlite3").status_code == 403
         for path in (beside, Path("/etc/passwd"), Path(__file__), outputs / ".." / "private.txt"):
             response = fetch(path)
             assert response.status_code in (403, 404), path

@@ -25,7 +25,8 @@ def test_public_binding_needs_auth(flags, tmp_path):
         timeout=60,
     )
     assert result.returncode == 2
-    assert "add --auth user:pass (or --insecure" in result.stderr
+    assert "add accounts with --auth user:pass (or --auth-file)" in result.stderr
+    assert "--allow-anonymous" in result.stderr and "--insecure" in result.stderr
 
 
 def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):

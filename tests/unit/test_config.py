@@ -40,7 +40,7 @@ def test_flags_are_built_from_the_settings_and_keep_their_names(monkeypatch, tmp
     assert settings.extra_serve_args == "--max-num-seqs 2" and settings.vllm_executable == "/opt/vllm"
     assert settings.use_docker and not settings.guardrails and settings.init_timeout_s == 90
     assert str(settings.outputs_dir) == "runs" and settings.port == 7001 and settings.share
-    assert settings.auth == "u:p"
+    assert [account.get_secret_value() for account in settings.auth] == ["u:p"]
     assert _ui_settings("--tensor-parallel-size", "2").tensor_parallel_size == 2
 
 

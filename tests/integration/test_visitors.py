@@ -1,0 +1,164 @@
+"""Many people, one studio, through its public API (gradio_client) and its file URLs: each visitor sees and
+cancels only their own work, the operator's endpoints refuse visitors and change nothing, and a video's URL
+answers its owner and operators only. A real studio on its embedded engine, with three accounts."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from tests.browser.conftest import RunningStudio, start_studio, stop_studio
+
+pytestmark = pytest.mark.integration
+
+ACCOUNTS = {"alice": "alice-pass", "bob": "bob-pass", "olga": "olga-pass"}
+QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory) -> Iterator[RunningStudio]:
+    folder = tmp_path_factory.mktemp("visitors")
+    accounts = [flag for user, password in ACCOUNTS.items() for flag in ("--auth", f"{user}:{password}")]
+    running = start_studio(folder / "outputs", folder / "studio.log", *accounts, "--operator", "olga")
+    yield running
+    stop_studio(running)
+
+
+def client(studio: RunningStudio, user: str) -> Client:
+    return Client(studio.url, auth=(user, ACCOUNTS[user]), verbose=False)
+
+
+def rows(studio: RunningStudio, query: str, *args) -> list[tuple]:
+    with sqlite3.connect(studio.outputs / "history.sqlite3") as db:
+        return db.execute(query, args).fetchall()
+
+
+def wait_for(condition, timeout_s: float = 240.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def run_of(studio: RunningStudio, marker: str) -> str:
+    found = rows(studio, "SELECT DISTINCT run_id FROM requests WHERE prompt LIKE ?", f"%{marker}%")
+    assert len(found) == 1
+    return found[0][0]
+
+
+def states(studio: RunningStudio, run_id: str) -> list[str]:
+    return [state for (state,) in rows(studio, "SELECT state FROM requests WHERE run_id = ? ORDER BY position", run_id)]
+
+
+def history_text(user_client: Client, show: str = "mine") -> str:
+    return str(user_client.predict(show=show, api_name="/history"))
+
+
+def test_each_visitor_sees_and_cancels_only_their_own_work(studio):
+    alice, bob, olga = client(studio, "alice"), client(studio, "bob"), client(studio, "olga")
+    marker = "alice-only-7d41"
+    status = alice.predict(
+        prompts=f"a red circle {marker}", copies=4, concurrency=1, **{**QUICK, "steps": 200}, api_name="/generate"
+    )
+    assert status.startswith("queued 4 requests")
+    run_id = run_of(studio, marker)
+    wait_for(lambda: set(states(studio, run_id)) - {"waiting"}, what="alice's first request at the engine")
+
+    assert marker not in history_text(bob) and run_id not in history_text(bob, show="everyone")
+    assert bob.predict(api_name="/cancel_all") == "nothing in flight to cancel"
+    (first_id,) = rows(studio, "SELECT id FROM requests WHERE run_id = ? AND position = 0", run_id)[0]
+    assert bob.predict(request_id=first_id, api_name="/cancel").startswith("no request in flight")
+    assert bob.predict(run_id=run_id, api_name="/rerun").startswith("**cannot re-run**")
+    assert "cancelled" not in states(studio, run_id)
+
+    # The operator sees everyone's work where they ask for it, and may cancel it.
+    assert marker not in history_text(olga) and marker in history_text(olga, show="everyone")
+    outcome = olga.predict(show="everyone", api_name="/cancel_all")
+    assert outcome.startswith("cancelled")
+    wait_for(lambda: all(s in ("cancelled", "done") for s in states(studio, run_id)), what="the cancel")
+    assert "cancelled" in states(studio, run_id)
+    assert marker in history_text(alice)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "values"),
+    [
+        ("/stop_server", {}),
+        ("/start_server", {}),
+        ("/restart_server", {}),
+        ("/doctor", {}),
+        ("/bench", {}),
+    ],
+)
+def test_the_operators_endpoints_refuse_a_visitor_and_change_nothing(studio, endpoint, values):
+    bob = client(studio, "bob")
+    with pytest.raises(AppError, match="only an operator of this studio can"):
+        bob.predict(**values, api_name=endpoint)
+    # The engine kept serving: a visitor's request after the refusal is made.
+    marker = f"after-refusal-{endpoint.strip('/')}"
+    assert bob.predict(prompts=marker, copies=1, concurrency=1, **QUICK, api_name="/generate").startswith("queued")
+    run_id = run_of(studio, marker)
+    wait_for(lambda: states(studio, run_id) == ["done"], what="the request after the refusal")
+    assert client(studio, "olga").predict(api_name="/start_server").startswith("already running")
+    assert "only an operator" not in studio.log.read_text()  # a refusal is the caller's answer, not a log error
+
+
+def test_a_video_url_answers_its_owner_and_operators_only(studio):
+    alice, bob, olga = client(studio, "alice"), client(studio, "bob"), client(studio, "olga")
+    marker = "alice-video-2c9e"
+    alice.predict(prompts=marker, copies=1, concurrency=1, **QUICK, api_name="/generate")
+    run_id = run_of(studio, marker)
+    wait_for(lambda: states(studio, run_id) == ["done"], what="alice's video")
+    (video,) = rows(studio, "SELECT video_path FROM requests WHERE run_id = ?", run_id)[0]
+    video = Path(video).resolve()
+    for user_client in (alice, bob, olga):  # each browser is known to the studio once it has used the page
+        history_text(user_client)
+
+    def fetch(path: Path, user_client: Client | None) -> httpx.Response:
+        cookies = user_client.cookies if user_client else {}
+        return httpx.get(f"{studio.url}/gradio_api/file={path}", cookies=cookies, timeout=30)
+
+    assert fetch(video, alice).status_code == 200 and fetch(video, alice).content[4:8] == b"ftyp"
+    assert fetch(video, olga).status_code == 200
+    refused = fetch(video, bob)
+    assert refused.status_code == 403 and "another visitor" in refused.text and marker not in refused.text
+    assert fetch(video.with_suffix(".json"), bob).status_code == 403  # the sidecar, with the prompt in it
+    assert fetch(studio.outputs.resolve() / "history.sqlite3", olga).status_code == 403
+    assert fetch(video, None).status_code in (401, 403)
+
+    # Exports: alice's export is hers; bob's attempt names no run of his.
+    exported, note = alice.predict(run_id=run_id, api_name="/export_json")
+    assert marker in Path(exported).read_text() and not note
+    exported, note = bob.predict(run_id=run_id, api_name="/export_json")
+    assert exported is None and "cannot export" in note
+
+
+def test_the_operator_sets_per_visitor_limits_from_the_page_and_a_visitor_over_one_is_told_which(studio):
+    bob, olga = client(studio, "bob"), client(studio, "olga")
+    limits = {
+        "in_flight_slots": None,
+        "visitor_max_in_flight": None,
+        "visitor_max_queued": 2,
+        "visitor_max_videos_per_hour": None,
+        "cancel_unsent_on_close": True,
+    }
+    with pytest.raises(AppError, match="only an operator"):
+        bob.predict(**limits, api_name="/sharing")
+    assert "visitor_max_queued 2" in olga.predict(**limits, api_name="/sharing")
+    try:
+        refused = bob.predict(prompts="one too many", copies=3, concurrency=1, **QUICK, api_name="/generate")
+        assert refused.startswith("**cannot generate**") and "at most 2 queued requests per visitor" in refused
+        # Operators are held to no per-visitor limit.
+        allowed = olga.predict(prompts="an operator's many", copies=3, concurrency=1, **QUICK, api_name="/generate")
+        assert allowed.startswith("queued 3 requests")
+        bad = olga.predict(**{**limits, "visitor_max_queued": -1}, api_name="/sharing")
+        assert bad.startswith("**not applied**") and "visitor_max_queued" in bad
+    finally:
+        olga.predict(**{**limits, "visitor_max_queued": 64}, api_name="/sharing")
