@@ -14,7 +14,17 @@ transformer's blocks compiled and warmed at start-up) behind its JobManager (bat
 
     python benchmarks/engine_gpu.py --out DIR --replicas 2    # 2 engine servers (a GPU each) behind the router vs 1
 
-Writes DIR/engine_gpu.json (every figure; DIR/replicas.json for --replicas) and prints a table.
+    # One request on 2 GPUs: each layout's engine started twice (a cold compile cache, then warm), then one
+    # request at a time at each tier; layouts: 1, cfg2, ulysses2, cfg2xulysses2
+    python benchmarks/engine_gpu.py --out DIR --layouts 1,cfg2,ulysses2 --tiers 480p,720p
+
+Writes DIR/engine_gpu.json (every figure; DIR/replicas.json for --replicas, DIR/layouts.json for --layouts)
+and prints a table.
+
+With --layouts the model is saved to disk once (the text encoder as with --replicas) and each start is a
+fresh process (`--probe-layout`): it loads the model on its GPUs (followers on the next GPUs), warms each tier
+at batch 1 and reports when it was ready, counted from its launch; the warm start reuses the cold one's
+compile cache folder. Latencies are measured in the warm start, through the engine's JobManager.
 
 With --replicas the model is saved to disk once (with a 2-layer stand-in of the text encoder, which the
 engine's cache of prompt embeddings makes a small share of the work) and each replica is a real
@@ -47,7 +57,7 @@ from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
 
-TIERS = {"256p": (320, 192), "480p": (832, 480)}
+TIERS = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}
 BARS = {
     "latency_256p": 0.55,
     "latency_480p": 0.78,
@@ -576,6 +586,186 @@ def run_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_layout(name: str) -> tuple[int, int]:
+    """ "1" -> (1, 1); "cfg2" -> (2, 1); "ulysses2" -> (1, 2); "cfg2xulysses2" -> (2, 2)."""
+    cfg = ulysses = 1
+    if name != "1":
+        for part in name.split("x"):
+            if part.startswith("cfg"):
+                cfg = int(part[3:])
+            elif part.startswith("ulysses"):
+                ulysses = int(part[7:])
+            else:
+                raise ValueError(f"a layout is 1, cfgN, ulyssesN or cfgNxulyssesN, got {name!r}")
+    return cfg, ulysses
+
+
+def run_layouts(args: argparse.Namespace) -> int:
+    """Each layout's engine started cold, then warm from the cold start's compile cache; one request at a
+    time at each tier in the warm start. DIR/layouts.json."""
+    import subprocess
+
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "layouts": {}, "errors": []}
+    out_file = args.out / "layouts.json"
+    pipe, _ = build_pipeline(args.device, smoke=args.smoke, text_layers=None if args.smoke else 2)
+    model_dir = Path(tempfile.mkdtemp(prefix="wan-random-")) / "wan2.1-t2v-1.3b-random"
+    started = time.perf_counter()
+    pipe.save_pretrained(model_dir)
+    report["save_s"] = round(time.perf_counter() - started, 1)
+    del pipe
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    gpus = torch.cuda.device_count() if args.device == "cuda" else None
+    for name in [n for n in args.layouts.split(",") if n]:
+        cfg, ulysses = parse_layout(name)
+        if gpus is not None and cfg * ulysses > gpus:
+            report["errors"].append(f"{name}: {cfg * ulysses} GPUs needed, {gpus} seen")
+            continue
+        cache_root = Path(tempfile.mkdtemp(prefix=f"compile-cache-{name}-"))
+        entry: dict[str, Any] = {}
+        report["layouts"][name] = entry
+        for start in ("cold", "warm"):
+            command = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
+            command += ["--probe-layout", name, "--probe-model", str(model_dir), "--probe-cache", str(cache_root)]
+            if start == "warm":
+                command.append("--probe-measure")
+            log_path = args.out / f"layout-{name}-{start}.log"
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
+            launched = time.time()
+            with log_path.open("w") as log_file:
+                child = subprocess.Popen(
+                    command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                )
+                try:
+                    child.wait(timeout=args.probe_timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(child.pid, 9)  # the probe and its follower ranks
+                    child.wait()
+            lines = [line for line in log_path.read_text().splitlines() if line.startswith("PROBE_RESULT ")]
+            if not lines:
+                report["errors"].append(f"{name} {start}: exit {child.returncode}, see {log_path.name}")
+                out_file.write_text(json.dumps(report, indent=2))
+                break
+            result = json.loads(lines[-1].removeprefix("PROBE_RESULT "))
+            result["start_to_ready_s"] = round(result.pop("ready_unix") - launched, 1)
+            result["exit_status"] = child.returncode
+            entry[start] = result
+            out_file.write_text(json.dumps(report, indent=2))
+            print(f"{name} {start}: ready in {result['start_to_ready_s']} s (cache warm: {result['cache_warm']})")
+    report["summary"] = summarise_layouts(report["layouts"])
+    out_file.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report["summary"], indent=1))
+    if report["errors"]:
+        print("errors:", report["errors"])
+    return 0
+
+
+def summarise_layouts(layouts: dict[str, Any]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    one = ((layouts.get("1") or {}).get("warm") or {}).get("latency_s") or {}
+    for name, entry in layouts.items():
+        cold, warm = entry.get("cold") or {}, entry.get("warm") or {}
+        row: dict[str, Any] = {
+            "start_to_ready_cold_s": cold.get("start_to_ready_s"),
+            "start_to_ready_warm_s": warm.get("start_to_ready_s"),
+            "latency_s": warm.get("latency_s"),
+        }
+        if one and name != "1":
+            row["latency_vs_one_gpu"] = {
+                tier: round(latency / one[tier], 3)
+                for tier, latency in (warm.get("latency_s") or {}).items()
+                if one.get(tier)
+            }
+        summary[name] = row
+    return summary
+
+
+def start_probe(args: argparse.Namespace) -> int:
+    """One engine start of a layout (a process of its own): load, warm each tier at batch 1, report when it
+    was ready; with --probe-measure, then one request at a time at each tier. Prints PROBE_RESULT {json}."""
+    from studio.engine.compile_cache import CompileCache, cache_key
+    from studio.engine.parallel import ParallelSettings
+
+    cfg, ulysses = parse_layout(args.probe_layout)
+    tiers = [t for t in args.tiers.split(",") if t]
+    sizes = [(*TIERS[tier], args.frames) for tier in tiers]
+    options = {
+        "compile": args.compile,
+        "compile_mode": args.compile_mode,
+        "attention_backend": args.attention_backend,
+        "cuda_graphs": not args.no_cuda_graphs,
+        "fused_kernels": not args.no_fused_kernels,
+        "tune_kernels": args.tune_kernels,
+        "cfg_parallel_size": cfg,
+        "ulysses_degree": ulysses,
+    }
+    cache = CompileCache(Path(args.probe_cache), cache_key(args.probe_model, args.device, sizes, 1, options))
+    started = time.perf_counter()
+    generator = VideoGenerator(
+        args.probe_model,
+        device=args.device,
+        compile=args.compile,
+        compile_mode=args.compile_mode,
+        attention_backend=args.attention_backend,
+        cuda_graphs=not args.no_cuda_graphs,
+        fused_kernels=not args.no_fused_kernels,
+        tune_kernels=args.tune_kernels,
+        parallel=ParallelSettings(cfg, ulysses),
+        compile_cache=cache,
+    )
+    generator.load()
+    loaded = time.perf_counter()
+    warmup = generator.warmup(sizes, max_batch=1)
+    result: dict[str, Any] = {
+        "ready_unix": time.time(),
+        "layout": {"cfg_parallel_size": cfg, "ulysses_degree": ulysses},
+        "cache_warm": cache.warm,
+        "load_s": round(loaded - started, 2),
+        "warmup_s": round(time.perf_counter() - loaded, 2),
+        "warmup": warmup,
+        "attention_backend": generator.gpu.attention_backend,
+        "kernels": generator.gpu.kernels,
+        "cuda_graphs": generator.gpu.graphs.captured if generator.gpu.graphs is not None else 0,
+        "compiled_graphs": compiled_graphs(),
+    }
+    if args.probe_measure:
+        manager = JobManager(
+            generator,
+            Path(tempfile.mkdtemp(prefix="engine-layout-")),
+            "bench",
+            EngineMetrics("bench"),
+            max_batch=1,
+            encode_workers=8 if args.device == "cuda" else 0,
+        )
+        manager.start()
+        result["latency_s"], result["latencies_s"], result["stages"] = {}, {}, {}
+        result["first_request_s"], result["peak_gib"] = {}, {}
+        for tier in tiers:
+            peak_reset(args.device)
+            first_s, _ = submit_and_wait(manager, engine_params(args, tier, 999))
+            latencies = []
+            for i in range(max(1, args.repeats - 1)):
+                latency, job = submit_and_wait(manager, engine_params(args, tier, 1000 + i))
+                if job.status != "completed":
+                    raise RuntimeError(f"engine job failed: {job.error}")
+                latencies.append(latency)
+                result["stages"][tier] = job.record().stage_durations
+            result["first_request_s"][tier] = round(first_s, 3)
+            result["latencies_s"][tier] = [round(x, 3) for x in latencies]
+            result["latency_s"][tier] = round(statistics.median(latencies), 3)
+            result["peak_gib"][tier] = peak_gib(args.device)
+        result["compiled_graphs_during_requests"] = compiled_graphs() - result["compiled_graphs"]
+        if generator.gpu.graphs is not None:
+            result["cuda_graph_replays"] = generator.gpu.graphs.replays
+        manager.shutdown()
+    generator.close()
+    print("PROBE_RESULT " + json.dumps(result, default=str), flush=True)
+    # The JobManager's worker is a daemon thread that shutdown does not join: an interpreter ending under it
+    # aborts at times, after the result is out. This process has nothing else to finish.
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
@@ -606,6 +796,15 @@ def main() -> int:
     parser.add_argument("--replica-requests", type=int, default=32)
     parser.add_argument("--replica-concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--layouts", default="", help="one request on several GPUs: 1, cfg2, ulysses2, cfg2xulysses2 (comma-separated)"
+    )
+    parser.add_argument("--probe-timeout", type=float, default=900.0, help="seconds one layout's start may take")
+    # One layout's engine start, as --layouts runs it in a process of its own.
+    parser.add_argument("--probe-layout", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-model", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-cache", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.steps = min(args.steps, 2)
@@ -615,6 +814,10 @@ def main() -> int:
     for noisy in ("httpx", "diffusers", "transformers"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.probe_layout:
+        return start_probe(args)
+    if args.layouts:
+        return run_layouts(args)
     if args.replicas:
         return run_replicas(args)
     tiers = [t for t in args.tiers.split(",") if t]

@@ -134,6 +134,8 @@ def main(args: argparse.Namespace) -> None:
                 (baseline,) = watch(pages[:1], args.window)
                 print(row("1 visitor, 1 in flight", "visitor1", baseline, args.window), flush=True)
                 pages[0].locator("#cancel-all").click()
+                # The status line says how the cancel ended before the next run's line can take its place.
+                pages[0].locator("#status").get_by_text("cancelled").wait_for(timeout=60_000)
                 shares = [
                     args.in_flight // args.visitors + (i < args.in_flight % args.visitors) for i in range(args.visitors)
                 ]

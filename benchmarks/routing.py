@@ -25,7 +25,7 @@ from studio.config import StudioSettings  # noqa: E402
 
 
 def throughput(replicas: int, args: argparse.Namespace, out: Path) -> float:
-    settings = StudioSettings(_env_file=None, engine_threads=1)
+    settings = StudioSettings(_env_file=None, engine_threads=1, replicas=replicas)
     config = BenchConfig(
         requests=args.requests,
         concurrencies=[args.concurrency],
@@ -35,7 +35,7 @@ def throughput(replicas: int, args: argparse.Namespace, out: Path) -> float:
         steps=8,
         warmup=replicas,
     )
-    report = asyncio.run(run_bench(settings, config, out, replicas=replicas, console=Console(stderr=True, quiet=True)))
+    report = asyncio.run(run_bench(settings, config, out, console=Console(stderr=True, quiet=True)))
     cell = report["cells"][0]
     assert cell["failed"] == 0, report["cells"]
     return cell["videos_per_min"]

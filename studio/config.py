@@ -126,6 +126,14 @@ class StudioSettings(BaseSettings):
     http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
     poll_interval_s: float = Field(default=0.25, gt=0, description="seconds between two polls of a job")
 
+    # A fleet: servers of the model side by side, each with its own GPUs.
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="servers of the model side by side behind the studio's router, each on its own GPUs "
+        "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree GPUs)",
+    )
+
     # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
     # Operators are held to none of the per-visitor limits.
     in_flight_slots: int | None = Field(
@@ -297,6 +305,28 @@ class EngineSettings(BaseSettings):
         default=None, ge=0, le=16, description="threads encoding mp4s beside the next batch (default: 8 on a GPU)"
     )
     text_cache_size: int = Field(default=64, ge=0, description="prompt embeddings kept for reuse")
+
+    # One request across several GPUs (the engine starts a process per GPU; it serves from the first).
+    cfg_parallel_size: int = Field(
+        default=1, ge=1, le=2, description="run each request's two guidance halves on two GPUs at once"
+    )
+    ulysses_degree: int = Field(
+        default=1,
+        ge=1,
+        description="split each request's tokens across this many GPUs (Ulysses; must divide the model's heads)",
+    )
+    parallel_start_timeout_s: float = Field(
+        default=900.0, gt=0, description="seconds the other GPUs' processes may take to join and load the model"
+    )
+    # Warm restart: what start-up compiles and measures, kept for the next start of the same engine.
+    compile_cache: bool = Field(
+        default=True,
+        description="keep what start-up compiles and measures on disk; the next start of the same engine on this "
+        "machine reuses it",
+    )
+    compile_cache_dir: Path | None = Field(
+        default=None, description="the compile cache's folder (default: ~/.cache/omni-studio/engine-compile)"
+    )
 
     @property
     def model_name(self) -> str:

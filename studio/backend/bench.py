@@ -2,8 +2,10 @@
 
 A cell is one (tier, guardrails, concurrency) setting. Each cell sends its warm-up requests (not counted),
 then its measured requests: closed loop (at most `concurrency` in flight) or open loop (Poisson arrivals at
-`request_rate`). Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a
-recommendation printed last. The form (BenchConfig, parse_bench_config) is studio/backend/bench_config.py.
+`request_rate`). The cells run on the endpoints given (bench_pool: the page's servers, --url servers) or on
+each fleet (layout x variant, bench_fleets.py) in turn: start it, warm every replica, measure, stop it.
+Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a recommendation per
+tier (for fleets: the Pareto set and the fleet to run, pareto.py). The form is studio/backend/bench_config.py.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from studio import plots
 from studio.backend.bench_config import BenchConfig
+from studio.backend.bench_fleets import Fleet, plan_bench, start_fleet, stop_fleet
 from studio.backend.client import server_root
-from studio.backend.launchers import embedded_launch, parse_gpus, vllm_omni_launch, world_size
+from studio.backend.launchers import LaunchError
+from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
+from studio.backend.pareto_plot import pareto_figure
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
@@ -33,8 +38,10 @@ from studio.backend.server_metrics import scrape
 from studio.backend.spec import MAX_CONCURRENCY, RunSpec
 from studio.backend.stats import LatencySummary, summarize
 from studio.backend.store import OutputStore
-from studio.backend.supervisor import ManagedServer
+from studio.backend.supervisor import ManagedServer, ServerStartError
 from studio.config import StudioSettings
+
+PARETO_PLOT = "pareto.png"
 
 
 @dataclass
@@ -46,13 +53,31 @@ class CellResult:
     summary: LatencySummary
     views: list[RequestView]
     server_metrics: list[dict[str, Any]]
+    fleet: Fleet | None = None  # None: the endpoints the bench was given
+
+    def fleet_columns(self) -> dict[str, Any]:
+        """Which fleet the cell ran on, and its throughput per device (GPU, or CPU core on a CPU)."""
+        if self.fleet is None:
+            return {}
+        per_min = self.summary.throughput_per_min
+        return {
+            "layout": str(self.fleet.layout),
+            "replicas": self.fleet.layout.replicas,
+            "width": self.fleet.layout.width,
+            "variant": self.fleet.variant.name,
+            "devices": self.fleet.devices,
+            "device_kind": self.fleet.device_kind,
+            "videos_per_min_per_device": None if per_min is None else per_min / self.fleet.devices,
+        }
 
     def row(self) -> dict[str, Any]:
         s = self.summary
         e2el = [v.timings.latency_s for v in self.views if v.state is RequestState.DONE and v.timings.latency_s]
         duration = s.duration_s or 0.0
         good = (s.goodput or 0.0) * s.count if s.goodput is not None else None
+        fleet = self.fleet_columns()
         return {
+            **{key: fleet[key] for key in ("layout", "variant") if key in fleet},
             "tier": self.tier,
             "guardrails": self.guardrails,
             "concurrency": self.concurrency,
@@ -70,6 +95,7 @@ class CellResult:
             "videos_per_min": s.throughput_per_min,
             "goodput": s.goodput,
             "slo_s": s.slo_s,
+            **{key: value for key, value in fleet.items() if key not in ("layout", "variant")},
             # vLLM-Omni's diffusion benchmark names, so figures compare.
             "duration": duration,
             "request_throughput": s.completed / duration if duration else None,
@@ -98,39 +124,35 @@ def poisson_arrivals(count: int, rate: float, rng: random.Random) -> list[float]
     return offsets
 
 
-def start_replicas(settings: StudioSettings, replicas: int, log_dir: Path) -> list[ManagedServer]:
-    """K managed servers, each on its own port (and, for vLLM-Omni, its own GPU set)."""
-    servers = []
-    if settings.engine == "vllm-omni":
-        per = world_size(settings)
-        gpus = parse_gpus(settings.gpus) or [str(i) for i in range(per * replicas)]
-        if len(gpus) < per * replicas:
-            raise ValueError(
-                f"{replicas} replicas x {per} GPUs each need {per * replicas} GPUs; --gpus gives {len(gpus)}"
-            )
-        groups = [",".join(gpus[i * per : (i + 1) * per]) for i in range(replicas)]
-    else:
-        groups = [settings.gpus] * replicas
-    for index, group in enumerate(groups):
-        replica = settings.model_copy(update={"gpus": group})
-        launch = (
-            (lambda port, s=replica: vllm_omni_launch(s, port))
-            if settings.engine == "vllm-omni"
-            else (lambda port, s=replica: embedded_launch(s, port))
+def _spec_args(config: BenchConfig, tier: str, guardrails: bool, settings: StudioSettings) -> dict[str, Any]:
+    return dict(
+        tier=tier,
+        aspect=config.aspect,
+        frames=config.frames,
+        steps=config.steps,
+        seed=config.seed,
+        seed_policy="increment",
+        guardrails=guardrails,
+        model=settings.served_model_name,
+    )
+
+
+async def warm_fleet(
+    pool: EndpointPool, store: OutputStore, config: BenchConfig, settings: StudioSettings, replicas: int
+) -> None:
+    """Every replica answers `warmup` requests of each tier before any cell: the router gives each of K requests
+    sent at once to a different replica (the least busy), so none meets its first request in a measured cell."""
+    if not config.warmup:
+        return
+    count = config.warmup * replicas
+    for tier in config.tiers:
+        prompts = [config.prompts[i % len(config.prompts)] for i in range(count)]
+        spec = RunSpec(
+            prompts=prompts,
+            concurrency=min(MAX_CONCURRENCY, replicas),
+            **_spec_args(config, tier, config.guardrails[0], settings),
         )
-        servers.append(
-            ManagedServer(launch, log_path=log_dir / f"replica{index}.log", init_timeout_s=settings.init_timeout_s)
-        )
-    try:
-        for server in servers:
-            server.start(wait=False)
-        for server in servers:
-            server.wait_ready()
-    except Exception:
-        for server in servers:
-            server.stop()
-        raise
-    return servers
+        await Run(spec, pool, store, request_timeout_s=settings.request_timeout_s).wait()
 
 
 async def run_cell(
@@ -142,19 +164,11 @@ async def run_cell(
     concurrency: int,
     settings: StudioSettings,
     on_done: Callable[[], None],
+    fleet: Fleet | None = None,
 ) -> CellResult:
     rng = random.Random(f"{config.seed}-{tier}-{guardrails}-{concurrency}")
     prompts = [config.prompts[i % len(config.prompts)] for i in range(config.requests)]
-    spec_args = dict(
-        tier=tier,
-        aspect=config.aspect,
-        frames=config.frames,
-        steps=config.steps,
-        seed=config.seed,
-        seed_policy="increment",
-        guardrails=guardrails,
-        model=settings.served_model_name,
-    )
+    spec_args = _spec_args(config, tier, guardrails, settings)
     if config.warmup:
         warm = Run(
             RunSpec(prompts=prompts[: config.warmup], concurrency=concurrency, **spec_args),
@@ -191,10 +205,11 @@ async def run_cell(
     finally:
         sampler.cancel()
     summary = summarize([v.sample() for v in run.views], slo_s=config.slo_s, by_tier=False)
-    return CellResult(tier, guardrails, concurrency, len(pool.endpoints), summary, run.views, samples)
+    return CellResult(tier, guardrails, concurrency, len(pool.endpoints), summary, run.views, samples, fleet)
 
 
 def recommendation(cells: list[CellResult], slo_s: float | None) -> list[str]:
+    """For the endpoints the bench was given: the concurrency of lowest latency, and of most videos within the SLO."""
     lines = []
     for tier in sorted({c.tier for c in cells}):
         mine = [c for c in cells if c.tier == tier and c.summary.completed]
@@ -224,9 +239,11 @@ def recommendation(cells: list[CellResult], slo_s: float | None) -> list[str]:
 def request_rows(cells: list[CellResult]) -> list[dict[str, Any]]:
     rows = []
     for cell in cells:
+        fleet = {"layout": str(cell.fleet.layout), "variant": cell.fleet.variant.name} if cell.fleet else {}
         for view in cell.views:
             rows.append(
                 {
+                    **fleet,
                     "tier": cell.tier,
                     "guardrails": cell.guardrails,
                     "concurrency": cell.concurrency,
@@ -252,7 +269,8 @@ def write_plots(out: Path, cells: list[CellResult]) -> list[Path]:
     series_latency: dict[str, list[tuple[float, float]]] = {}
     series_throughput: dict[str, list[tuple[float, float]]] = {}
     for cell in cells:
-        name = f"{cell.tier}{'' if cell.guardrails else ' no-guard'} x{cell.endpoints}"
+        where = cell.fleet.label if cell.fleet else f"x{cell.endpoints}"
+        name = f"{cell.tier}{'' if cell.guardrails else ' no-guard'} {where}"
         if cell.summary.latency_p50_s is not None:
             series_latency.setdefault(name + " p50", []).append((cell.concurrency, cell.summary.latency_p50_s))
             series_latency.setdefault(name + " p90", []).append((cell.concurrency, cell.summary.latency_p90_s))
@@ -290,6 +308,8 @@ def write_plots(out: Path, cells: list[CellResult]) -> list[Path]:
 
 # (cell label, requests finished in the cell, requests in the cell)
 ProgressCallback = Callable[[str, int, int], None]
+# A stage of a fleet bench in a few words: "2x1 base: starting 2 replicas"
+StageCallback = Callable[[str], None]
 
 
 def cell_grid(config: BenchConfig) -> list[tuple[str, bool, int]]:
@@ -300,24 +320,18 @@ def cell_label(tier: str, guardrails: bool, concurrency: int) -> str:
     return f"{tier} guard={'on' if guardrails else 'off'} c={concurrency}"
 
 
-async def bench_pool(
+async def _run_cells(
     pool: EndpointPool,
     store: OutputStore,
     settings: StudioSettings,
     config: BenchConfig,
-    out: Path,
     on_progress: ProgressCallback,
-    replicas: int | None = None,
-) -> dict[str, Any]:
-    """Every cell of the grid on the endpoints of `pool`, then report.json, the CSVs and the plots in `out`.
-    The page's Bench view runs this on the studio's endpoints; `omni-studio bench` on the replicas it starts."""
-    out.mkdir(parents=True, exist_ok=True)
-    # The model the servers serve, as they name it (a remote server's is not the settings' default).
-    served = await asyncio.to_thread(pool.served_models)
+    fleet: Fleet | None = None,
+) -> list[CellResult]:
     cells: list[CellResult] = []
-    started = time.time()
     for tier, guard, concurrency in cell_grid(config):
-        label, done = cell_label(tier, guard, concurrency), 0
+        label = cell_label(tier, guard, concurrency)
+        label, done = (f"{fleet.label} · {label}" if fleet else label), 0
         on_progress(label, 0, config.requests)
 
         def advance(label: str = label) -> None:
@@ -325,79 +339,201 @@ async def bench_pool(
             done += 1
             on_progress(label, done, config.requests)
 
-        cells.append(await run_cell(pool, store, config, tier, guard, concurrency, settings, advance))
-    summary_rows = [cell.row() for cell in cells]
+        cells.append(await run_cell(pool, store, config, tier, guard, concurrency, settings, advance, fleet))
+    return cells
+
+
+def _environment(started: float) -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "started": started,
+        "finished": time.time(),
+    }
+
+
+def _write_report(out: Path, report: dict[str, Any], cells: list[CellResult]) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    write_csv(out / "requests.csv", report["requests"])
+    write_csv(out / "summary.csv", report["cells"])
+    write_plots(out, cells)
+
+
+async def bench_pool(
+    pool: EndpointPool,
+    store: OutputStore,
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+) -> dict[str, Any]:
+    """Every cell of the grid on the endpoints of `pool`, then report.json, the CSVs and the plots in `out`.
+    The page's Bench view runs this on the studio's endpoints; `omni-studio bench --url` on the servers given."""
+    out.mkdir(parents=True, exist_ok=True)
+    # The model the servers serve, as they name it (a remote server's is not the settings' default).
+    served = await asyncio.to_thread(pool.served_models)
+    started = time.time()
+    cells = await _run_cells(pool, store, settings, config, on_progress)
     report = {
         "config": {
-            **config.model_dump(),
-            "replicas": replicas,
+            **config.model_dump(mode="json"),
             "engine": settings.engine,
             "model": ", ".join(served) or settings.model,
             "endpoints": [ep.url for ep in pool.endpoints],
         },
-        "environment": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "started": started,
-            "finished": time.time(),
-        },
-        "cells": [{**row, "per_request": None} for row in summary_rows],
+        "environment": _environment(started),
+        "cells": [cell.row() for cell in cells],
         "requests": request_rows(cells),
         "recommendation": recommendation(cells, config.slo_s),
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    write_csv(out / "requests.csv", report["requests"])
-    write_csv(out / "summary.csv", summary_rows)
-    write_plots(out, cells)
+    _write_report(out, report, cells)
+    return report
+
+
+def _pool(settings: StudioSettings, urls: list[str]) -> EndpointPool:
+    return EndpointPool.from_urls(
+        urls,
+        api_key=settings.api_key_value(),
+        http_timeout_s=settings.http_timeout_s,
+        poll_interval_s=settings.poll_interval_s,
+    )
+
+
+async def _bench_fleet(
+    fleet: Fleet,
+    store: OutputStore,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+    on_stage: StageCallback,
+) -> tuple[dict[str, Any], list[CellResult]]:
+    """One fleet: start it, warm every replica, run the cells, stop it (whatever happens)."""
+    replicas = fleet.layout.replicas
+    on_stage(f"{fleet.label}: starting {replicas} replica{'s' * (replicas != 1)}")
+    record: dict[str, Any] = fleet.describe()
+    try:
+        servers: list[ManagedServer] = await asyncio.to_thread(start_fleet, fleet, out / "logs" / fleet.slug)
+    except (ServerStartError, LaunchError) as exc:
+        on_stage(f"{fleet.label}: did not start: {exc}")
+        return {**record, "error": str(exc)}, []
+    try:
+        record.update(
+            endpoints=[server.base_url for server in servers],
+            startup_s=[server.status().startup_s for server in servers],
+            commands=[server.status().command for server in servers],
+        )
+        pool = _pool(fleet.settings, record["endpoints"])
+        try:
+            async with pool.health_watched():
+                record["model"] = ", ".join(await asyncio.to_thread(pool.served_models)) or fleet.settings.model
+                on_stage(f"{fleet.label}: warming every replica")
+                await warm_fleet(pool, store, config, fleet.settings, replicas)
+                cells = await _run_cells(pool, store, fleet.settings, config, on_progress, fleet)
+        finally:
+            await pool.close()
+    finally:
+        on_stage(f"{fleet.label}: stopping")
+        await asyncio.to_thread(stop_fleet, servers)
+    return record, cells
+
+
+def compare_fleets(cells: list[CellResult], slo_s: float | None) -> tuple[dict[str, Any], list[Recommendation]]:
+    """The comparison of fleets, as report keys: rows marked with their Pareto membership, the Pareto set and
+    one recommendation per tier; and the recommendations themselves."""
+    rows = [cell.row() for cell in cells]
+    pareto = fronts(rows)
+    members = {id(row) for front in pareto.values() for row in front}
+    for row in rows:
+        row["pareto"] = id(row) in members
+    chosen = recommend(rows, slo_s)
+    parts = {
+        "cells": rows,
+        "pareto": {group: [cell_name(row) for row in front] for group, front in pareto.items()},
+        "recommendations": [choice.as_dict() for choice in chosen],
+        "recommendation": [choice.line() for choice in chosen],
+    }
+    return parts, chosen
+
+
+async def bench_fleets(
+    fleets: list[Fleet],
+    store: OutputStore,
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+    on_stage: StageCallback,
+) -> dict[str, Any]:
+    """Every cell on each fleet in turn, then the report, the CSVs, the plots and the Pareto plot in `out`.
+    A fleet that does not start is reported and skipped; where none starts, ServerStartError says why for each."""
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    records: list[dict[str, Any]] = []
+    cells: list[CellResult] = []
+    for fleet in fleets:
+        record, fleet_cells = await _bench_fleet(fleet, store, config, out, on_progress, on_stage)
+        records.append(record)
+        cells.extend(fleet_cells)
+    if not cells:
+        raise ServerStartError(
+            "no fleet of the bench started: " + "; ".join(r["label"] + ": " + r["error"] for r in records)
+        )
+    parts, chosen = compare_fleets(cells, config.slo_s)
+    report = {
+        "config": {
+            **config.model_dump(mode="json"),
+            "engine": settings.engine,
+            "model": next((r["model"] for r in records if r.get("model")), settings.model),
+        },
+        "environment": _environment(started),
+        "fleets": records,
+        **parts,
+        "requests": request_rows(cells),
+    }
+    _write_report(out, report, cells)
+    pareto_figure(parts["cells"], chosen, config.slo_s).savefig(out / PARETO_PLOT)
     return report
 
 
 async def run_bench(
-    settings: StudioSettings, config: BenchConfig, out: Path, replicas: int = 1, console: Console | None = None
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    console: Console | None = None,
+    fleets: list[Fleet] | None = None,
 ) -> dict[str, Any]:
-    """`omni-studio bench`: start the replicas (or attach to --url servers), bench them, stop them."""
+    """`omni-studio bench`: each fleet (layout x variant; by default --replicas x --tp as set) in turn, or the
+    --url servers as they are. `fleets`: planned already (plan_bench), else planned here."""
     console = console or Console(stderr=True, soft_wrap=True)
     out.mkdir(parents=True, exist_ok=True)
     store = OutputStore(out / "outputs")
-    servers: list[ManagedServer] = []
     try:
-        if settings.engine == "remote":
-            if not settings.remote_urls:
-                raise ValueError("remote engine: give at least one --url")
-            urls = [server_root(url) for url in settings.remote_urls]
-        else:
-            console.print(f"starting {replicas} {settings.engine} replica(s) of {settings.model} ...")
-            servers = start_replicas(settings, replicas, out / "logs")
-            for server in servers:
-                console.print(f"  {server.base_url} ready in {server.status().startup_s:.1f} s")
-            urls = [server.base_url for server in servers]
-        pool = EndpointPool.from_urls(
-            urls,
-            api_key=settings.api_key_value(),
-            http_timeout_s=settings.http_timeout_s,
-            poll_interval_s=settings.poll_interval_s,
-        )
-        health = asyncio.create_task(pool.watch_health())
-        try:
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            ) as progress:
-                tasks: dict[str, Any] = {}
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            tasks: dict[str, Any] = {}
 
-                def on_progress(label: str, done: int, total: int) -> None:
-                    if label not in tasks:
-                        tasks[label] = progress.add_task(label, total=total)
-                    progress.update(tasks[label], completed=done)
+            def on_progress(label: str, done: int, total: int) -> None:
+                if label not in tasks:
+                    tasks[label] = progress.add_task(label, total=total)
+                progress.update(tasks[label], completed=done)
 
-                return await bench_pool(pool, store, settings, config, out, on_progress, replicas=replicas)
-        finally:
-            health.cancel()
-            await pool.close()
+            if settings.engine == "remote":
+                if not settings.remote_urls:
+                    raise ValueError("remote engine: give at least one --url")
+                if config.layouts or config.variants:
+                    raise ValueError("layouts and variants are fleets the bench starts; --url servers run already")
+                pool = _pool(settings, [server_root(url) for url in settings.remote_urls])
+                try:
+                    async with pool.health_watched():
+                        return await bench_pool(pool, store, settings, config, out, on_progress)
+                finally:
+                    await pool.close()
+            fleets = fleets if fleets is not None else plan_bench(settings, config)
+            return await bench_fleets(fleets, store, settings, config, out, on_progress, console.print)
     finally:
-        for server in servers:
-            server.stop()
         store.close()

@@ -1,5 +1,6 @@
 """The bench's form, one model for `omni-studio bench` and the page's Bench view: what a bench measures, with
-its limits. Light on purpose (pydantic and the tier table only): the CLI builds its flags from it at start-up.
+its limits. Light on purpose (pydantic, the tier table, the layout and variant parsers): the CLI builds its flags
+from it at start-up.
 """
 
 from __future__ import annotations
@@ -7,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
+from studio.backend.layouts import Layout, parse_layouts
 from studio.backend.spec import MAX_CONCURRENCY
+from studio.backend.variants import parse_variants
 from studio.protocol import InferenceSteps
 from studio.tiers import TIERS, Aspect, normalize_frames
 
@@ -41,7 +44,8 @@ def _unset_when_blank(value: Any) -> Any:
 
 
 class BenchConfig(BaseModel):
-    """One bench: a cell per (tier, guardrails, concurrency), each with its warm-up and measured requests."""
+    """One bench: a cell per (tier, guardrails, concurrency), each with its warm-up and measured requests; the
+    cells run on each fleet (layout x variant) in turn where layouts or variants are given."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -69,7 +73,12 @@ class BenchConfig(BaseModel):
     request_rate: float | None = Field(
         default=None, gt=0, description="open loop: Poisson arrivals per second (default: closed loop)"
     )
-    warmup: int = Field(default=1, ge=0, description="requests per cell sent before measuring")
+    warmup: int = Field(
+        default=1,
+        ge=0,
+        description="requests per cell sent before measuring (and first, on a fleet the bench starts, this many per "
+        "replica and tier)",
+    )
     slo_s: float | None = Field(
         default=None,
         gt=0,
@@ -80,6 +89,17 @@ class BenchConfig(BaseModel):
         default_factory=lambda: list(DEFAULT_PROMPTS), description="prompts, used in turn (default: built-in ones)"
     )
     seed: int = Field(default=0, ge=0, description="seed of the first request; each next one adds one")
+    layouts: list[Layout] = Field(
+        default_factory=list,
+        description="fleets to compare, REPLICASxWIDTH each, e.g. 1x4,2x2,4x1: replicas side by side behind the "
+        "router, each WIDTH GPUs wide (vLLM-Omni: tensor parallel; the embedded engine: 1); each is started, "
+        "warmed, measured and stopped in turn (default: --replicas x --tp)",
+    )
+    variants: dict[str, str] = Field(
+        default_factory=dict,
+        description='named server variants, name = "extra serve args" (TOML or JSON), e.g. teacache = '
+        '"--cache-backend tea_cache"; every layout runs each (default: the settings as they are)',
+    )
 
     @field_validator("concurrencies", mode="before")
     @classmethod
@@ -129,6 +149,20 @@ class BenchConfig(BaseModel):
     @classmethod
     def _optional_number(cls, value: Any) -> Any:
         return _unset_when_blank(value)
+
+    @field_validator("layouts", mode="before")
+    @classmethod
+    def _layouts(cls, value: Any) -> list[Layout]:
+        return parse_layouts(value)  # LayoutError is a ValueError: its message names the layout
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _variants(cls, value: Any) -> dict[str, str]:
+        return parse_variants(value)  # VariantError is a ValueError: its message names the variant
+
+    @field_serializer("layouts")
+    def _layout_labels(self, layouts: list[Layout]) -> list[str]:
+        return [str(layout) for layout in layouts]
 
     @field_validator("prompts", mode="before")
     @classmethod

@@ -16,12 +16,13 @@ from studio import tiers
 from studio.backend.board import RequestBoard
 from studio.backend.client import load_sdk, server_root
 from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
+from studio.backend.fleet import layout_label, managed_fleet, plan_fleet
 from studio.backend.recovery import leftovers_to_follow
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
-from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus, managed_server_for
+from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus
 from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
 from studio.config import StudioSettings
 
@@ -51,10 +52,12 @@ class StudioController:
         server: ManagedServer | None = None,
     ):
         """`store` and `server`: ones the caller made already (the CLI starts the engine before it imports
-        the rest of the studio); by default the controller makes its own from the settings."""
+        the rest of the studio); by default the controller makes its own fleet from the settings."""
         self.settings = settings
         self.store = store or OutputStore(Path(settings.outputs_dir))
-        self.server: ManagedServer | None = server
+        # The managed replicas (one unless settings.replicas says more), each on its own GPUs and port.
+        self.servers: list[ManagedServer] = [server] if server is not None else []
+        self.layout: str | None = None  # "2 x TP4 on GPUs 0-7", once the fleet is planned
         self.pool: EndpointPool | None = None
         self.board = RequestBoard()
         # One dispatcher for every run: the studio's in-flight slots, shared fairly across visitors.
@@ -77,6 +80,11 @@ class StudioController:
             server.on_exit(self._server_exited)
 
     @property
+    def server(self) -> ManagedServer | None:
+        """The first replica: the one server of a studio that runs one."""
+        return self.servers[0] if self.servers else None
+
+    @property
     def managed(self) -> bool:
         return self.settings.engine in ("embedded", "vllm-omni")
 
@@ -89,22 +97,28 @@ class StudioController:
         self.start_error = None
         with self._lock:
             if self.managed:
-                if self.server is None:
-                    self.server = managed_server_for(self.settings, self.store.logs_dir)
-                    self.server.on_exit(self._server_exited)
-                server = self.server
+                if not self.servers:
+                    plan = plan_fleet(self.settings)
+                    self.layout = layout_label(self.settings, plan)
+                    self.servers = managed_fleet(self.settings, self.store.logs_dir, plan)
+                    for replica in self.servers:
+                        replica.on_exit(self._server_exited)
+                servers = list(self.servers)
             else:
                 if not self.settings.remote_urls:
                     raise ValueError(f"remote engine: give at least one server URL ({REMOTE_URLS_WHERE})")
                 load_sdk()
                 self._attach([server_root(url) for url in self.settings.remote_urls])
                 return
-        if server.state not in (ServerState.STARTING, ServerState.READY):  # else started by the caller
-            server.start(wait=False)
-        load_sdk()  # while the server starts: the two share no work
+        # Side by side: every replica is on its way before the studio waits for the first.
+        for server in servers:
+            if server.state not in (ServerState.STARTING, ServerState.READY):  # else started by the caller
+                server.start(wait=False)
+        load_sdk()  # while the servers start: the two share no work
         if wait:
-            server.wait_ready()
-        self._attach([server.base_url])
+            for server in servers:
+                server.wait_ready()
+        self._attach([server.base_url for server in servers])
 
     def _attach(self, urls: list[str]) -> None:
         pool = EndpointPool.from_urls(urls, **self._client_options())
@@ -135,8 +149,8 @@ class StudioController:
             log.error("engine start failed: %s", exc)
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
+        for server in self.servers:
+            server.stop()
         with self._lock:
             self._starter = None  # a later start_in_background starts again
 
@@ -150,7 +164,8 @@ class StudioController:
         self.stop()
         with self._lock:
             self.settings = settings
-            self.server = None
+            self.servers = []
+            self.layout = None
             self.pool = None
             self.served_model = None
             self.start_error = None
@@ -185,6 +200,19 @@ class StudioController:
             return f"remote servers: {urls}{serving}" if self.pool else "remote servers: not attached"
         if self.start_error:
             return f"{self.settings.engine} engine failed to start: {self.start_error}"
+        if len(self.servers) > 1:
+            states = [server.state for server in self.servers]
+            ready = states.count(ServerState.READY)
+            others = ", ".join(
+                f"{states.count(state)} {state}"
+                for state in ServerState
+                if state in states and state is not ServerState.READY
+            )
+            return (
+                f"{self.settings.engine} engine: {self.layout}: {ready} of {len(states)} ready"
+                + (f" ({others})" if others else "")
+                + serving
+            )
         status = self.server_status()
         if status is None:
             return f"{self.settings.engine} engine: not started"
@@ -200,6 +228,38 @@ class StudioController:
     def server_status(self) -> ServerStatus | None:
         return self.server.status() if self.server else None
 
+    # ---- one replica of the fleet ------------------------------------------------------------------
+    def replica(self, index: int) -> ManagedServer:
+        if not 0 <= index < len(self.servers):
+            raise ValueError(f"no replica {index}: this studio runs {len(self.servers)} (0 to {len(self.servers) - 1})")
+        return self.servers[index]
+
+    def _take_out(self, index: int, reason: str) -> ManagedServer:
+        """Before a replica goes down on purpose: no new work for it, what it runs fails with the reason, and
+        what it only queued is sent to the other replicas (or waits for it, where none is up)."""
+        server = self.replica(index)
+        if self.pool is not None and server.port:
+            self.pool.mark_exited(server.base_url)
+            for run in self.board.runs:
+                if not run.finished:
+                    run.fail_endpoint_threadsafe(server.base_url, f"replica {index} {reason}", started_only=True)
+        return server
+
+    def stop_replica(self, index: int) -> None:
+        """Stop one replica; the rest of the fleet keeps serving."""
+        self._take_out(index, "was stopped by an operator").stop()
+
+    def restart_replica(self, index: int) -> None:
+        """Start one replica again (on its port where free) and give it work once it answers."""
+        server = self._take_out(index, "was restarted by an operator")
+        url = server.base_url if server.port else None
+        server.restart(wait=True, same_port=True)
+        if self.pool is None:
+            return
+        if url and server.base_url != url:
+            self.pool.replace_url(url, server.base_url, **self._client_options())
+        self.pool.mark_restarted(server.base_url, ok=True)
+
     def default_frames(self, tier: str) -> int:
         """Frames when the user gives none: the setting, else the tier's Cosmos 3 default (189). The embedded
         engine runs on CPU by default, where a short clip (33 frames) keeps the first video quick."""
@@ -212,12 +272,13 @@ class StudioController:
         """The engine is on its way up (or about to be): worth waiting for."""
         if self.start_error is not None:
             return False
+        if self._starter is not None and self._starter.is_alive():
+            return True  # a start under way, also of servers that are still stopped from before
         if self.managed:
-            return (
-                self.server is None
-                or self.server.state is ServerState.STARTING
-                or (self.server.state is ServerState.READY and self.pool is None)
-            )
+            states = [server.state for server in self.servers]
+            if ServerState.READY in states:
+                return self.pool is None
+            return not states or ServerState.STARTING in states
         return self.pool is None
 
     async def wait_until_ready(self, poll_s: float = 0.5) -> None:
@@ -229,7 +290,8 @@ class StudioController:
     def ready(self) -> bool:
         if not self.managed:
             return self.pool is not None
-        return self.server is not None and self.server.state is ServerState.READY and self.pool is not None
+        # A fleet takes work while any replica does: the router sends it there.
+        return self.pool is not None and any(server.state is ServerState.READY for server in self.servers)
 
     def new_run(self, spec: RunSpec, visitor: Visitor = LOCAL_OPERATOR) -> Run:
         """A run of `visitor`'s, on the board (the caller starts it). Raises VisitorLimitExceeded where it would
@@ -319,12 +381,16 @@ class StudioController:
         reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
         url = server.base_url
         restart = self._may_auto_restart()
-        if restart and self.pool is not None:
-            self.pool.mark_restarting(url)  # before anything else: requests now wait for it
+        others = self.pool is not None and self.pool.others_healthy(url)
+        if self.pool is not None:
+            self.pool.mark_exited(url)  # before anything else: no new work goes there
+            if restart:
+                self.pool.mark_restarting(url)  # requests now wait for it
         for run in self.board.runs:
             if not run.finished:
-                # With a restart coming, what the server only queued is sent again once it is back.
-                run.fail_endpoint_threadsafe(url, reason, started_only=restart)
+                # With a restart coming, what the server only queued is sent again once it is back; with other
+                # replicas up, it is sent to them at once. What it had started fails with the reason.
+                run.fail_endpoint_threadsafe(url, reason, started_only=restart or others)
         if restart:
             threading.Thread(target=self._auto_restart, args=(server, reason), name="auto-restart", daemon=True).start()
 

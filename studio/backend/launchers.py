@@ -213,8 +213,15 @@ def embedded_launch(settings: StudioSettings, port: int, output_dir: Path | None
         argv.append("--no-guardrails")
     if settings.engine_threads:
         argv += ["--threads", str(settings.engine_threads)]
+    # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism).
+    if settings.cfg_parallel_size > 1:
+        argv += ["--cfg-parallel-size", str(settings.cfg_parallel_size)]
+    if settings.ulysses_degree > 1:
+        argv += ["--ulysses-degree", str(settings.ulysses_degree)]
     if output_dir is not None:
         argv += ["--output-dir", str(output_dir)]
+    # The engine's own levers (a bench variant, or the Server view's extra args), checked as vLLM-Omni's are.
+    argv += parse_extra_args(settings.extra_serve_args, settings.allow_risky_serve_args)
     env, secrets = _key_env(settings)
     env["PYTHONUNBUFFERED"] = "1"
     if settings.engine_threads:

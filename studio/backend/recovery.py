@@ -47,6 +47,9 @@ async def after_loss(
     restart_wait_s: float,
 ) -> Recovery:
     """The server at `endpoint` accepted this request's job, then stopped answering."""
+    if endpoint.exited and view.never_started and pool.others_healthy(endpoint.url):
+        # Its server died before starting it (a replica of a fleet): the job is gone, another replica makes it.
+        return Recovery(resend=True)
     if not wait_for_restart:
         await asyncio.sleep(EXIT_WATCHER_GRACE_S)
         return Recovery(failure=str(lost))

@@ -29,6 +29,7 @@ class Endpoint:
     completed: int = 0
     failed: int = 0
     restarting: bool = False  # a managed server on its way back after a crash: worth waiting for
+    exited: bool = False  # its process is known to have died: the jobs it held are gone with it
     name: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -105,6 +106,17 @@ class EndpointPool:
         endpoint = self.find(url)
         if endpoint is not None:
             endpoint.healthy, endpoint.restarting = ok, False
+            endpoint.exited = endpoint.exited and not ok
+
+    def mark_exited(self, url: str) -> None:
+        """The managed server behind `url` died (its exit watcher says so): no work goes there until it is back."""
+        endpoint = self.find(url)
+        if endpoint is not None:
+            endpoint.healthy, endpoint.exited = False, True
+
+    def others_healthy(self, url: str) -> bool:
+        """Another endpoint than `url` takes work now."""
+        return any(ep.healthy for ep in self.endpoints if ep.url != url)
 
     async def wait_back(
         self, endpoints: list[Endpoint] | None = None, timeout_s: float = 1800.0, grace_s: float = 5.0
@@ -148,6 +160,8 @@ class EndpointPool:
             elif endpoint.healthy and not healthy:
                 log.warning("endpoint %s does not answer its health check", endpoint.url)
             endpoint.healthy = healthy
+            if healthy:
+                endpoint.exited = False
 
     async def watch_health(self, interval_s: float = 2.0) -> None:
         """Run until cancelled."""

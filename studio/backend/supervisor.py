@@ -129,8 +129,13 @@ class ManagedServer:
         init_timeout_s: float = 1800.0,
         health_path: str = "/health",
         tail_lines: int = 400,
+        name: str | None = None,
+        gpus: list[str] | None = None,
     ):
+        """`name`: how the page calls it ("replica 1" of a fleet); `gpus`: the GPUs it was given, to show."""
         self._launch = launch
+        self.name = name or "server"
+        self.gpus = gpus
         self.requested_port = port
         self.log_path = log_path
         self.init_timeout_s = init_timeout_s

@@ -7,6 +7,8 @@ import argparse
 from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
+# A node's GPUs as replicas of the server, each as wide as the engine flags say.
+FLEET_FIELDS = ("replicas",)
 PAGE_FIELDS = ("host", "port", "share", "outputs_dir")
 # Who is who on the page: accounts, operators, and whether visitors may come in without signing in.
 ACCESS_FIELDS = ("auth", "auth_file", "operators", "allow_anonymous", "insecure")
@@ -24,6 +26,7 @@ SHARING_FIELDS = (
 def register(sub: Subcommands) -> None:
     parser = sub.add_parser("ui", help="start the web studio", description="The web studio on its engine.")
     add_engine_flags(parser)
+    add_studio_flags(parser.add_argument_group("fleet"), FLEET_FIELDS)
     add_studio_flags(parser.add_argument_group("page"), PAGE_FIELDS)
     add_studio_flags(parser.add_argument_group("visitors and operators"), ACCESS_FIELDS)
     add_studio_flags(parser.add_argument_group("sharing"), SHARING_FIELDS)

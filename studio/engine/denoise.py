@@ -5,12 +5,16 @@ Several requests share each transformer call, with the conditional and unconditi
 classifier-free guidance in the same batch. The pipeline's own pieces are used (prompt encoding, latents from
 each request's seed as the pipeline draws them, scheduler, VAE), so a request makes the same video alone or in
 a batch, and the same as the plain pipeline call.
+
+On several ranks (studio.engine.parallel) every rank runs this loop on the same batch, in step: with guidance
+split, each runs one half and the halves are exchanged after each transformer call; with tokens split, the
+transformer itself exchanges them. Every rank then holds the same latents; rank 0 alone decodes and answers.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,7 @@ from studio.engine.batching import BatchBuckets
 from studio.engine.generation import BatchItem, GenerationCancelled, ResultCallback
 from studio.engine.gpu_setup import GpuSetup
 from studio.engine.loader import PipelineFacts
+from studio.engine.parallel.rank import ParallelRank
 from studio.engine.prompts import PromptEmbeddings
 from studio.engine.vae_decode import decode_batch
 
@@ -47,14 +52,13 @@ class BatchedDenoiser:
     buckets: BatchBuckets
     gpu: GpuSetup
     forward: TransformerForward
+    rank: ParallelRank | None = None  # this process's rank where a request runs on several
 
     def __call__(self, items: Sequence[BatchItem], on_result: ResultCallback) -> None:
         """`on_result(i, output or exception)` once per item, as soon as that item is done; a cancelled item is
         answered at once and the others go on."""
-        pipe, device, count = self.pipe, self.device, len(items)
-        first = items[0].params
-        native_w, native_h = self.facts.native_size(first.width, first.height)
-        total = first.num_inference_steps
+        count = len(items)
+        native_size = self.facts.native_size(items[0].params.width, items[0].params.height)
         started = time.perf_counter()
         alive = [True] * count
 
@@ -65,21 +69,55 @@ class BatchedDenoiser:
                     on_result(i, GenerationCancelled())
             return any(alive)
 
-        # 1. Check inputs: cancelled requests leave before any work.
+        # 1. Check inputs: cancelled requests leave before any work; the other ranks are told the batch.
         if not drop_cancelled():
             return
+        rank = self.rank
+        if rank is not None:
+            rank.tell("batch", [item.params for item in items])
+        try:
+            latents = self._denoise(items, drop_cancelled, alive)
+        except BaseException as exc:
+            if rank is not None:
+                rank.fail(f"a batch failed part-way ({type(exc).__name__}): the ranks are out of step")
+            raise
+        if latents is None or (rank is not None and not rank.is_leader):
+            return
+        denoise_end = time.perf_counter()
+        # 6. Decode, handing frames over as they come (no autograd: the latents are inference tensors).
+        with torch.inference_mode():
+            decode_batch(
+                self.pipe.vae, items, latents, alive, on_result, native_size, self.device, started, denoise_end
+            )
+
+    def _denoise(
+        self, items: Sequence[BatchItem], drop_cancelled: Callable[[], bool], alive: list[bool]
+    ) -> torch.Tensor | None:
+        """Steps 2 to 5: the denoised latents of the batch (padding rows dropped is the decoder's business),
+        or None where every request was cancelled on the way."""
+        pipe, device, count, rank = self.pipe, self.device, len(items), self.rank
+        first = items[0].params
+        native_w, native_h = self.facts.native_size(first.width, first.height)
+        total = first.num_inference_steps
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         transformer = pipe.transformer
         cfg = first.guidance_scale > 1.0
         guidance = first.guidance_scale
+        # With guidance split across ranks, this rank runs one half: the conditional rows or the others.
+        split = cfg and rank is not None and rank.splits_guidance
         with torch.inference_mode():
             # 2. Encode prompts: the conditional rows, then the unconditional ones, each padded to the bucket.
             padding = self.buckets.padded(count, self.gpu.static_shapes) - count  # rows that keep the shape static
-            context = _pad_rows(self._embed([item.params.prompt for item in items]), padding)
-            if cfg:
-                negative = self._embed([item.params.negative_prompt or "" for item in items])
-                context = torch.cat([context, _pad_rows(negative, padding)])
+            positive = [item.params.prompt for item in items]
+            negative = [item.params.negative_prompt or "" for item in items]
+            if split:
+                assert rank is not None
+                context = _pad_rows(self._embed(positive if rank.runs_conditional else negative), padding)
+            else:
+                context = _pad_rows(self._embed(positive), padding)
+                if cfg:
+                    context = torch.cat([context, _pad_rows(self._embed(negative), padding)])
             # 3. Prepare latents: each request's own, from its seed, as the pipeline draws them.
             channels = transformer.config.in_channels
             latents = torch.cat(
@@ -107,21 +145,22 @@ class BatchedDenoiser:
             steps_done = StepProgress(device, total, items, alive)
             for t in scheduler.timesteps:
                 model_input = latents.to(transformer.dtype)
-                if cfg:
+                if cfg and not split:
                     model_input = torch.cat([model_input, model_input])
                 forward = self.gpu.graphs or self.forward
                 out = forward(model_input, t.expand(model_input.shape[0]), context)
                 if cfg:
-                    cond, uncond = out.chunk(2)
+                    cond, uncond = rank.gather_guidance(out) if split and rank is not None else out.chunk(2)
                     out = uncond + guidance * (cond - uncond)
                 latents = scheduler.step(out, t, latents, return_dict=False)[0]
                 steps_done.step_queued()
-                if not drop_cancelled():
-                    return
+                go_on = drop_cancelled()
+                if rank is not None:
+                    go_on = rank.agree(go_on)
+                if not go_on:
+                    return None
             steps_done.finish()
-            denoise_end = time.perf_counter()
-            # 6. Decode, handing frames over as they come.
-            decode_batch(pipe.vae, items, latents, alive, on_result, (native_w, native_h), device, started, denoise_end)
+        return latents
 
     def _embed(self, texts: list[str]) -> torch.Tensor:
         return self.prompts.embed(self.pipe, texts, self.facts.max_sequence_length, self.device)

@@ -50,11 +50,12 @@ class GpuSetup:
         self.static_shapes = False  # batches are padded to a few sizes (set when the transformer is compiled)
         self._eager_transformer: Any = None  # the transformer before torch.compile wrapped it whole
 
-    def apply(self, pipe: Any, forward: Forward, dtype: torch.dtype) -> None:
+    def apply(self, pipe: Any, forward: Forward, dtype: torch.dtype, cached_backend: str | None = None) -> None:
         """bf16 is set at load; here: one projection for q, k and v, the fastest attention kernel, and the
         transformer compiled (its repeated blocks, or whole) for static shapes: a graph per size and batch
         bucket, no dynamic-shape kernels. `forward` is the transformer's forward the CUDA graphs capture; `dtype` the
-        one the model was loaded in."""
+        one the model was loaded in; `cached_backend` the fastest kernel as an earlier start on this machine
+        measured it (studio.engine.compile_cache), which spares the timing."""
         transformer = pipe.transformer
         if hasattr(transformer, "fuse_qkv_projections"):
             try:
@@ -63,7 +64,10 @@ class GpuSetup:
             except ValueError as exc:  # a model with added K/V projections
                 log.info("q/k/v projections stay apart: %s", exc)
         backend = self.attention_backend_setting
-        if backend == "auto":
+        if backend == "auto" and cached_backend:
+            backend = cached_backend
+            log.info("attention kernel from the compile cache: %s", backend)
+        elif backend == "auto":
             backend = fastest_attention_backend(transformer, dtype)
         if backend and backend != "default" and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend(backend)
@@ -97,6 +101,10 @@ class GpuSetup:
         self._eager_transformer = transformer
         pipe.transformer = torch.compile(transformer, mode=self.compile_mode, dynamic=False)
         self.static_shapes = True
+
+    def eager_transformer(self, pipe: Any) -> Any:
+        """The transformer module itself, where torch.compile wrapped it whole (hooks and processors go on it)."""
+        return self._eager_transformer if self._eager_transformer is not None else pipe.transformer
 
     def install_kernels(self, pipe: Any) -> None:
         """Put the engine's kernels (studio.engine.kernels) into a Wan transformer, if one forward on a small

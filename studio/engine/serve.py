@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import signal
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.config import DEFAULT_GPU_WARMUP, EngineSettings
+
+if TYPE_CHECKING:
+    from studio.engine.compile_cache import CompileCache
+    from studio.engine.parallel import ParallelSettings
+
+# Seconds a lost rank gives the server to stop by itself before the process ends regardless (a request stuck
+# in a collective with the lost rank never returns).
+LOST_RANK_GRACE_S = 60.0
 
 
 def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
@@ -23,19 +36,28 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
     from studio.engine.generator import VideoGenerator
     from studio.engine.guard import TextGuard
     from studio.engine.jobs import JobManager
+    from studio.engine.loader import resolve_device
     from studio.engine.metrics import EngineMetrics
+    from studio.engine.parallel import ParallelSettings
     from studio.engine.warmup import parse_sizes
 
+    started = time.perf_counter()
     try:
         warmup_sizes = parse_sizes(settings.warmup or "")
-    except ValueError as exc:
+        parallel = ParallelSettings.of(settings)
+        device = resolve_device(settings.device)
+    except (ValueError, ModelLoadError) as exc:
         log.error("%s", exc)
         return 2
-    started = time.perf_counter()
+    gpu = device == "cuda"
+    max_batch = settings.max_batch or (8 if gpu else 1)
+    if settings.warmup is None and gpu:
+        warmup_sizes = parse_sizes(DEFAULT_GPU_WARMUP)
+    cache = compile_cache_for(settings, device, warmup_sizes, max_batch, parallel)
     try:
         generator = VideoGenerator(
             settings.model,
-            device=settings.device,
+            device=device,
             threads=settings.threads,
             compile=settings.compile,
             compile_mode=settings.compile_mode,
@@ -44,20 +66,28 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
             fused_kernels=settings.fused_kernels,
             tune_kernels=settings.tune_kernels,
             text_cache_size=settings.text_cache_size,
+            parallel=parallel,
+            compile_cache=cache,
         )
         generator.load()
     except ModelLoadError as exc:
         log.error("%s", exc)
         return 2
-    gpu = generator.device == "cuda"
-    max_batch = settings.max_batch or (8 if gpu else 1)
-    if settings.warmup is None and gpu:
-        warmup_sizes = parse_sizes(DEFAULT_GPU_WARMUP)
-    if warmup_sizes:
-        warmup_started = time.perf_counter()
-        timings = generator.warmup(warmup_sizes, max_batch=max_batch)
-        log.info("warm-up (compile and autotune) took %.1f s: %s", time.perf_counter() - warmup_started, timings)
-    log.info("ready to serve %.1f s after start-up began", time.perf_counter() - started)
+    if generator.rank is not None and generator.rank.followers is not None:
+        generator.rank.followers.on_lost = _stop_serving
+    try:
+        if warmup_sizes:
+            warmup_started = time.perf_counter()
+            timings = generator.warmup(warmup_sizes, max_batch=max_batch)
+            log.info("warm-up (compile and autotune) took %.1f s: %s", time.perf_counter() - warmup_started, timings)
+    except BaseException:
+        generator.close()
+        raise
+    log.info(
+        "ready to serve %.1f s after start-up began (%s)",
+        time.perf_counter() - started,
+        ("compile cache warm" if cache.warm else "compile cache cold") if cache is not None else "no compile cache",
+    )
     guard = None
     if settings.guardrails:
         try:
@@ -105,4 +135,43 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     finally:
         manager.shutdown()
+        generator.close()
     return 0
+
+
+def compile_cache_for(
+    settings: EngineSettings,
+    device: str,
+    sizes: Sequence[tuple[int, int, int]],
+    max_batch: int,
+    parallel: ParallelSettings,
+) -> CompileCache | None:
+    """The compile cache of this engine's start-up work, where something is compiled or measured (a GPU, or
+    compile asked for on a CPU) and the cache is not turned off (settings `compile_cache`,
+    `compile_cache_dir`)."""
+    from studio.engine.compile_cache import CompileCache, cache_key, default_cache_root
+
+    if not settings.compile_cache:
+        return None
+    if device != "cuda" and settings.compile in ("auto", "off"):
+        return None
+    options = {
+        "compile": settings.compile,
+        "compile_mode": settings.compile_mode,
+        "attention_backend": settings.attention_backend,
+        "cuda_graphs": settings.cuda_graphs,
+        "fused_kernels": settings.fused_kernels,
+        "tune_kernels": settings.tune_kernels,
+        "cfg_parallel_size": parallel.cfg_parallel_size,
+        "ulysses_degree": parallel.ulysses_degree,
+    }
+    root = settings.compile_cache_dir or default_cache_root()
+    return CompileCache(Path(root), cache_key(settings.model, device, sizes, max_batch, options))
+
+
+def _stop_serving(reason: str) -> None:
+    """A rank was lost: the server stops (its supervisor may start it again); past a grace period the process
+    ends regardless."""
+    logging.getLogger("studio.engine").error("stopping the server: %s", reason)
+    threading.Timer(LOST_RANK_GRACE_S, os._exit, args=(3,)).start()
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,6 +1,7 @@
 """Warm-up before serving: each size at each batch size requests will run at, so that no request waits for a
 compile; then the CUDA graphs of the shapes seen, and one replay of each size. A warm-up that fails on a GPU
-turns compile and the attention backend off rather than fail requests later."""
+turns compile and the attention backend off rather than fail requests later. What it compiled and picked is
+then kept in the compile cache, for the next start."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from studio.engine.generation import BatchItem, GenerationParams, raise_if_error
-from studio.engine.vae_decode import decode_chunk, decode_group_sizes, pick_vae_memory_format
+from studio.engine.vae_decode import (
+    conv_weights_channels_last,
+    decode_chunk,
+    decode_group_sizes,
+    pick_vae_memory_format,
+)
 
 if TYPE_CHECKING:
     from studio.engine.generator import VideoGenerator
@@ -46,13 +52,15 @@ def warm_up(generator: VideoGenerator, sizes: Sequence[tuple[int, int, int]], ma
         return {}
     generator.set_max_batch(max_batch)
     gpu = generator.gpu
-    if gpu.graphs is not None:
-        gpu.graphs.recording = True
+    generator.record_shapes()
     if generator.device == "cuda" and sizes and generator.vae_channels_last is None:
         width, height, frames = max(sizes, key=lambda size: size[0] * size[1] * size[2])
         generator.vae_channels_last = pick_vae_memory_format(
             generator.pipe, *generator.native_size(width, height), frames
         )
+    elif generator.device == "cuda" and sizes:
+        # Picked by an earlier start on this machine (the compile cache), or by an earlier warm-up.
+        conv_weights_channels_last(generator.pipe.vae, generator.vae_channels_last)
     for width, height, frames in sizes:
         batches = set(generator.buckets.sizes) if gpu.static_shapes else {1, max_batch}
         native_w, native_h = generator.native_size(width, height)
@@ -80,13 +88,14 @@ def warm_up(generator: VideoGenerator, sizes: Sequence[tuple[int, int, int]], ma
             log.info("warm-up %dx%dx%d batch %d: %.1f s", width, height, frames, batch, seconds)
     if gpu.graphs is not None:
         started = time.perf_counter()
-        captured = gpu.graphs.capture_seen()
+        captured = generator.capture_graphs()
         generator.warmup_seconds["cuda graphs"] = round(time.perf_counter() - started, 2)
         log.info("CUDA graphs of the transformer: %d, captured in %.1f s", captured, time.perf_counter() - started)
         if captured:
             _replay_once(generator, sizes)
     # The empty negative prompt stays: most requests use it.
-    generator.prompts.forget(lambda text: text.startswith(f"{WARMUP_PROMPT} "))
+    generator.forget_prompts(f"{WARMUP_PROMPT} ")
+    generator.save_compile_cache()
     return dict(generator.warmup_seconds)
 
 

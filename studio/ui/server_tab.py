@@ -23,7 +23,17 @@ from studio.ui.identity import PageAccess
 
 REFRESH_S = 2.0
 LOG_LINES = 200
-ENDPOINT_COLUMNS = ["endpoint", "state", "outstanding (studio)", "running", "waiting", "succeeded"]
+ENDPOINT_COLUMNS = [
+    "replica",
+    "GPUs",
+    "endpoint",
+    "state",
+    "outstanding (studio)",
+    "running",
+    "waiting",
+    "succeeded",
+    "last log line",
+]
 
 
 def described(name: str) -> str | None:
@@ -153,23 +163,64 @@ def server_state_markdown(controller: StudioController) -> str:
 
 
 async def endpoint_table(controller: StudioController) -> pd.DataFrame:
-    """Each endpoint's load: what the studio has outstanding there, and what its /metrics says."""
+    """Each server the studio sends work to: for a replica of its fleet, its GPUs, state and last log line; for
+    each, what the studio has outstanding there and what its /metrics says."""
     pool = controller.pool
-    if pool is None:
-        return pd.DataFrame(columns=ENDPOINT_COLUMNS)
-    results = await asyncio.gather(*(scrape(ep.url) for ep in pool.endpoints))
-    rows = [
-        [
-            ep.url,
-            "restarting" if ep.restarting else ("up" if ep.healthy else "down"),
-            ep.outstanding,
-            metrics.running,
-            metrics.waiting,
-            metrics.succeeded,
-        ]
-        for ep, metrics in zip(pool.endpoints, results, strict=True)
-    ]
+    replicas = {server.base_url: (index, server) for index, server in enumerate(controller.servers) if server.port}
+    urls = [ep.url for ep in pool.endpoints] if pool is not None else list(replicas)
+    endpoints = {ep.url: ep for ep in pool.endpoints} if pool is not None else {}
+    results = await asyncio.gather(*(scrape(url) for url in urls))
+    rows = []
+    for url, metrics in zip(urls, results, strict=True):
+        index, server = replicas.get(url, (None, None))
+        endpoint = endpoints.get(url)
+        if server is not None and server.state is not ServerState.READY:
+            state = str(server.state)
+        elif endpoint is None:
+            state = "starting"
+        else:
+            state = "restarting" if endpoint.restarting else ("up" if endpoint.healthy else "down")
+        tail = [line for line in server.log_tail(20) if line.strip()] if server is not None else []
+        rows.append(
+            [
+                "–" if index is None else index,
+                ",".join(server.gpus) if server is not None and server.gpus else "–",
+                url,
+                state,
+                endpoint.outstanding if endpoint is not None else 0,
+                metrics.running,
+                metrics.waiting,
+                metrics.succeeded,
+                tail[-1][:160] if tail else "",
+            ]
+        )
     return pd.DataFrame(rows, columns=ENDPOINT_COLUMNS)
+
+
+async def restart_replica(controller: StudioController, index: Any) -> str:
+    try:
+        number = int(index)
+        controller.replica(number)
+    except (TypeError, ValueError) as exc:
+        return (
+            f"**cannot restart**: {html.escape(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
+        )
+    try:
+        await asyncio.to_thread(controller.restart_replica, number)
+    except Exception as exc:  # the replica's own log, below, has the server's words
+        return f"**replica {number} did not come back**: {html.escape(str(exc))}"
+    return f"replica {number} restarted at {html.escape(controller.servers[number].base_url)}"
+
+
+async def stop_replica(controller: StudioController, index: Any) -> str:
+    try:
+        number = int(index)
+        controller.replica(number)
+    except (TypeError, ValueError) as exc:
+        return f"**cannot stop**: {html.escape(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
+    await asyncio.to_thread(controller.stop_replica, number)
+    others = sum(server.state is ServerState.READY for server in controller.servers)
+    return f"replica {number} stopped ({others} still serving): Restart replica brings it back"
 
 
 async def start_server(controller: StudioController) -> str:
@@ -224,8 +275,16 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         elem_id="server-auto-restart",
     )
     endpoints = gr.Dataframe(
-        pd.DataFrame(columns=ENDPOINT_COLUMNS), interactive=False, elem_id="server-metrics", label="Endpoints"
+        pd.DataFrame(columns=ENDPOINT_COLUMNS),
+        interactive=False,
+        elem_id="server-metrics",
+        label="Replicas and endpoints",
     )
+    with gr.Row():
+        replica = gr.Number(value=0, precision=0, label="Replica", elem_id="replica-index", scale=1)
+        restart_one = gr.Button("Restart replica", elem_id="replica-restart", scale=1)
+        stop_one = gr.Button("Stop replica", elem_id="replica-stop", scale=1)
+    replica_result = gr.Markdown("", elem_id="replica-result")
     log_tail = gr.Textbox(
         label="Server log (last lines)",
         lines=14,
@@ -247,12 +306,25 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         visitor = access.visitor(request, profile)
         return visitor is not None and visitor.operator
 
-    @timer.tick(outputs=[state, log_tail], show_progress="hidden", api_visibility="private")
-    def on_tick(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
+    @timer.tick(inputs=replica, outputs=[state, log_tail], show_progress="hidden", api_visibility="private")
+    def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
         if not is_operator(request, profile):  # the log and state are the operator's
             return gr.skip(), gr.skip()
-        lines = controller.server.log_tail(LOG_LINES) if controller.server else []
+        servers = controller.servers
+        index = int(shown) if isinstance(shown, (int, float)) and 0 <= int(shown) < len(servers) else 0
+        lines = servers[index].log_tail(LOG_LINES) if servers else []
         return server_state_markdown(controller), "\n".join(lines)
+
+    @restart_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="restart_replica")
+    async def on_restart_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any):
+        access.require_operator(request, profile, action="restart a replica")
+        yield f"restarting replica {html.escape(str(replica))} ..."
+        yield await restart_replica(controller, replica)
+
+    @stop_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="stop_replica")
+    async def on_stop_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any) -> str:
+        access.require_operator(request, profile, action="stop a replica")
+        return await stop_replica(controller, replica)
 
     @timer.tick(outputs=endpoints, show_progress="hidden", api_visibility="private")
     async def on_metrics_tick(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:

@@ -58,7 +58,9 @@ def test_bench_writes_reports_and_recommends(tmp_path):
     for name in ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     lines = result.stdout.strip().splitlines()
-    assert lines[-2] == "recommendation:" and lines[-1].strip().startswith("256p: lowest latency")
+    # One fleet (--replicas 1 of the embedded engine): the recommendation names it and its concurrency.
+    assert lines[-2] == "recommendation:" and lines[-1].strip().startswith("256p: layout 1x1, variant base, at ")
+    assert "with p90 within the 60 s SLO" in lines[-1]
 
 
 @pytest.mark.parametrize(

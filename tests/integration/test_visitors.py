@@ -95,6 +95,7 @@ def test_each_visitor_sees_and_cancels_only_their_own_work(studio):
         ("/restart_server", {}),
         ("/doctor", {}),
         ("/bench", {}),
+        ("/apply_layout", {}),
     ],
 )
 def test_the_operators_endpoints_refuse_a_visitor_and_change_nothing(studio, endpoint, values):
@@ -162,3 +163,31 @@ def test_the_operator_sets_per_visitor_limits_from_the_page_and_a_visitor_over_o
         assert bad.startswith("**not applied**") and "visitor_max_queued" in bad
     finally:
         olga.predict(**{**limits, "visitor_max_queued": 64}, api_name="/sharing")
+
+
+def test_guests_are_each_their_own_visitor_and_never_operators(tmp_path):
+    guests = start_studio(tmp_path / "outputs", tmp_path / "studio.log", "--allow-anonymous")
+    try:
+        one, two = Client(guests.url, verbose=False), Client(guests.url, verbose=False)
+        marker = "guest-one-91ab"
+        assert one.predict(prompts=marker, copies=1, concurrency=1, **QUICK, api_name="/generate").startswith("queued")
+        run_id = run_of(guests, marker)
+        wait_for(lambda: states(guests, run_id) == ["done"], what="the guest's video")
+        assert marker in history_text(one) and marker not in history_text(two, show="everyone")
+        with pytest.raises(AppError, match="only an operator"):
+            two.predict(api_name="/stop_server")
+    finally:
+        stop_studio(guests)
+
+
+def test_a_space_without_sign_in_tells_visitors_so_and_makes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPACE_ID", "someone/omni-studio")
+    monkeypatch.delenv("OAUTH_CLIENT_ID", raising=False)
+    space = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+    try:
+        visitor = Client(space.url, verbose=False)
+        with pytest.raises(AppError, match=r"no sign-in configured.*OMNI_STUDIO_ALLOW_ANONYMOUS"):
+            visitor.predict(prompts="not made", copies=1, concurrency=1, **QUICK, api_name="/generate")
+        assert rows(space, "SELECT COUNT(*) FROM requests") == [(0,)]
+    finally:
+        stop_studio(space)

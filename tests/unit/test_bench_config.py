@@ -28,6 +28,16 @@ def test_defaults():
     config = parse_bench_config({"prompts": ""})
     assert (config.requests, config.concurrencies, config.tiers, config.aspect) == (16, [1, 4], ["256p"], "16:9")
     assert config.guardrails == [True] and config.warmup == 1 and config.prompts == DEFAULT_PROMPTS
+    assert config.layouts == [] and config.variants == {}
+    assert parse_bench_config({"layouts": "", "variants": ""}).layouts == []
+
+
+def test_layouts_and_variants_from_the_forms_text():
+    config = parse_bench_config({"layouts": "1x4, 2x2", "variants": 'base = ""\nfp8 = "--quantization fp8"'})
+    assert [str(layout) for layout in config.layouts] == ["1x4", "2x2"]
+    assert config.variants == {"base": "", "fp8": "--quantization fp8"}
+    # The report keeps layouts as written.
+    assert config.model_dump(mode="json")["layouts"] == ["1x4", "2x2"]
 
 
 @pytest.mark.parametrize(
@@ -48,6 +58,10 @@ def test_defaults():
         ({"request_rate": -2}, "request_rate: input should be greater than 0"),
         ({"aspect": "2:1"}, "aspect: input should be"),
         ({"concurrency": "1"}, "unknown bench setting 'concurrency'"),
+        ({"layouts": "2by2"}, "layouts take REPLICASxWIDTH separated by commas, e.g. 1x4,2x2,4x1; got '2by2'"),
+        ({"layouts": "1x1,1x1"}, "layout 1x1 is listed twice"),
+        ({"variants": "fp8 --quantization fp8"}, 'variants take name = "serve args" lines (TOML) or a JSON object'),
+        ({"variants": {"a b": ""}}, "variant name 'a b'"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_field(values, message):

@@ -1,0 +1,84 @@
+"""The studio's own fleet on this CPU: two embedded replicas (real engine subprocesses on loopback) behind the
+router. Each gets work; one killed fails only what it was running, the other makes the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from studio.backend.controller import StudioController
+from studio.backend.request_state import RequestState
+from studio.backend.spec import RunSpec
+from studio.backend.supervisor import ServerState
+from tests.conftest import engine_settings
+
+
+def fleet_controller(tmp_path, **values) -> StudioController:
+    settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05, replicas=2, **values)
+    controller = StudioController(settings)
+    controller.start()
+    return controller
+
+
+def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(tmp_path):
+    controller = fleet_controller(tmp_path)
+    try:
+        assert len(controller.servers) == 2 and len({server.base_url for server in controller.servers}) == 2
+        assert (
+            "2 x embedded on the CPU" in controller.engine_summary() and "2 of 2 ready" in controller.engine_summary()
+        )
+
+        async def main():
+            quick = controller.new_run(
+                RunSpec(prompts=["a red circle"], copies=6, tier="256p", aspect="1:1", frames=5, steps=2, concurrency=6)
+            )
+            await quick.wait()
+            # Four long requests, two at each replica: one running there, one queued behind it.
+            long = controller.new_run(
+                RunSpec(prompts=["a long one"], copies=4, tier="256p", aspect="1:1", frames=9, steps=60, concurrency=4)
+            )
+            long.start()
+            victim = controller.servers[0]
+            while not any(v.state is RequestState.RUNNING and v.endpoint == victim.base_url for v in long.views):
+                await asyncio.sleep(0.05)
+            running_there = next(
+                v for v in long.views if v.state is RequestState.RUNNING and v.endpoint == victim.base_url
+            )
+            os.kill(victim.pid, signal.SIGKILL)
+            await long.wait()
+            return quick.views, long.views, running_there
+
+        quick, long, killed = asyncio.run(main())
+        assert all(view.state is RequestState.DONE for view in quick)
+        assert {view.endpoint for view in quick} == {server.base_url for server in controller.servers}
+        assert killed.state is RequestState.FAILED and "crashed (exit code -9)" in killed.error
+        assert [view for view in long if view.state is not RequestState.DONE] == [killed]
+        assert controller.servers[0].state is ServerState.CRASHED and controller.servers[1].state is ServerState.READY
+        assert "1 of 2 ready" in controller.engine_summary()
+    finally:
+        controller.close()
+
+
+def test_an_operator_stops_and_restarts_one_replica_while_the_other_serves(tmp_path):
+    controller = fleet_controller(tmp_path)
+    try:
+        first_url = controller.servers[0].base_url
+        controller.stop_replica(0)
+        assert controller.servers[0].state is ServerState.STOPPED and controller.ready()
+
+        async def served(prompt: str) -> list:
+            run = controller.new_run(
+                RunSpec(prompts=[prompt], copies=2, tier="256p", aspect="1:1", frames=5, steps=2, concurrency=2)
+            )
+            return await run.wait()
+
+        while_stopped = asyncio.run(served("while one is stopped"))
+        assert all(view.state is RequestState.DONE for view in while_stopped)
+        assert {view.endpoint for view in while_stopped} == {controller.servers[1].base_url}
+        controller.restart_replica(0)
+        assert controller.servers[0].state is ServerState.READY and controller.servers[0].base_url == first_url
+        after = asyncio.run(served("both again"))
+        assert {view.endpoint for view in after} == {server.base_url for server in controller.servers}
+    finally:
+        controller.close()
