@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, StringConstraints, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from studio.protocol import InferenceSteps
@@ -28,6 +28,11 @@ DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
 
 EngineMode = Literal["embedded", "vllm-omni", "remote"]
 Device = Literal["auto", "cpu", "cuda"]
+# A value a vLLM-Omni lever passes on (a cache backend, a quantization method, an attention backend): a name, never
+# something the server's parser could read as a flag.
+ServerOptionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+# Words for "the server's own default" in a lever that names a choice: the lever is then not passed at all.
+SERVER_DEFAULT_WORDS = frozenset({"", "off", "none", "auto", "default"})
 
 
 def _flags(*names: str) -> dict[str, object]:
@@ -79,6 +84,41 @@ class StudioSettings(BaseSettings):
     )
     cfg_parallel_size: int = Field(default=1, ge=1, le=2, description="classifier-free guidance parallel size")
     ulysses_degree: int = Field(default=1, ge=1, description="Ulysses sequence parallel degree")
+    # More vLLM-Omni levers: each reaches `vllm serve` only when set, so the server's own default holds otherwise.
+    ring_degree: int | None = Field(
+        default=None,
+        ge=1,
+        description="Ring sequence parallel degree of a vLLM-Omni server (its GPUs multiply the width); "
+        "the embedded engine ignores it",
+    )
+    cache_backend: ServerOptionName | None = Field(
+        default=None,
+        description="diffusion cache of a vLLM-Omni server, e.g. tea_cache or cache_dit (default: off); "
+        "the embedded engine ignores it",
+        examples=["tea_cache", "cache_dit", "mag_cache", "sea_cache", "step_cache"],
+    )
+    quantization: ServerOptionName | None = Field(
+        default=None,
+        description="weight quantization of a vLLM-Omni server, e.g. fp8 (default: off, or what the model's config "
+        "says); the embedded engine ignores it",
+        examples=["fp8"],
+    )
+    diffusion_attention_backend: ServerOptionName | None = Field(
+        default=None,
+        description="attention backend of a vLLM-Omni server, e.g. FLASH_ATTN, SAGE_ATTN or TORCH_SDPA (default: "
+        "the server picks); the embedded engine ignores it (it picks its own fastest kernel)",
+        examples=["FLASH_ATTN", "TORCH_SDPA", "SAGE_ATTN", "SAGE_ATTN_3", "CUDNN_ATTN", "FLASHINFER_ATTN"],
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="a vLLM-Omni server runs the model eagerly, without torch.compile (a quicker start, slower "
+        "steps); the embedded engine ignores it",
+    )
+    vae_tiling: bool = Field(
+        default=False,
+        description="a vLLM-Omni server decodes videos tile by tile (less GPU memory at large sizes); "
+        "the embedded engine ignores it",
+    )
     model_class_name: str | None = Field(
         default=None, description="the diffusers pipeline class vLLM-Omni loads (when the model's config names none)"
     )
@@ -131,7 +171,7 @@ class StudioSettings(BaseSettings):
         default=1,
         ge=1,
         description="servers of the model side by side behind the studio's router, each on its own GPUs "
-        "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree GPUs)",
+        "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree, and x --ring-degree for vLLM-Omni, GPUs)",
     )
 
     # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
@@ -212,6 +252,14 @@ class StudioSettings(BaseSettings):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("cache_backend", "quantization", "diffusion_attention_backend", mode="before")
+    @classmethod
+    def _server_default(cls, value: object) -> object:
+        # "off", "auto" and the like (a form's first choice, an env value) mean: pass nothing, the server decides.
+        if isinstance(value, str) and value.strip().lower() in SERVER_DEFAULT_WORDS:
+            return None
+        return value.strip() if isinstance(value, str) else value
 
     def api_key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None

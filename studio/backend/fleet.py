@@ -72,10 +72,9 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
         if len(pool) < need:
             where = f"--gpus {settings.gpus}" if given is not None else "this machine"
             raise LaunchError(
-                f"{count} replica{'s' * (count != 1)} x {width} GPU{'s' * (width != 1)} each (tensor parallel "
-                f"{settings.tensor_parallel_size} x cfg parallel {settings.cfg_parallel_size} x ulysses "
-                f"{settings.ulysses_degree}) need {need} GPUs; {where} has {len(pool)}: lower --replicas or the "
-                "width, or name the GPUs with --gpus"
+                f"{count} replica{'s' * (count != 1)} x {width} GPU{'s' * (width != 1)} each ({_degrees(settings)}) "
+                f"need {need} GPUs; {where} has {len(pool)}: lower --replicas or the width, or name the GPUs with "
+                "--gpus"
             )
         groups: list[list[str] | None] = [pool[i * width : (i + 1) * width] for i in range(count)]
     else:
@@ -95,6 +94,18 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
     return replicas
 
 
+def _degrees(settings: StudioSettings) -> str:
+    """What makes a replica's width, in words."""
+    parts = [
+        f"tensor parallel {settings.tensor_parallel_size}",
+        f"cfg parallel {settings.cfg_parallel_size}",
+        f"ulysses {settings.ulysses_degree}",
+    ]
+    if settings.engine == "vllm-omni" and (settings.ring_degree or 1) > 1:
+        parts.append(f"ring {settings.ring_degree}")
+    return " x ".join(parts)
+
+
 def _span(gpus: list[str]) -> str:
     numbers = [int(g) for g in gpus]
     if numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 1:
@@ -111,6 +122,8 @@ def layout_label(settings: StudioSettings, replicas: list[Replica]) -> str:
         parts.append(f"CFG{settings.cfg_parallel_size}")
     if settings.ulysses_degree > 1:
         parts.append(f"SP{settings.ulysses_degree}")
+    if settings.engine == "vllm-omni" and (settings.ring_degree or 1) > 1:
+        parts.append(f"RING{settings.ring_degree}")
     shape = "x".join(parts) or settings.engine
     gpus = [gpu for replica in replicas for gpu in (replica.gpus or [])]
     where = f"on GPUs {_span(gpus)}" if gpus else "on the CPU"

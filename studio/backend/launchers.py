@@ -24,6 +24,21 @@ INSTALL_HINT = (
 )
 # Flags that widen what a server exposes; extra args may not add them behind the user's back.
 RISKY_FLAGS = ("--allowed-local-media-path", "--host")
+# The vLLM-Omni levers: each typed setting and the `vllm serve --omni` flag it sets (guardrails off is its
+# --no-guardrails). The Server view shows a lever only where the installed server's help lists its flag.
+LEVER_FLAGS: dict[str, str] = {
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "cfg_parallel_size": "--cfg-parallel-size",
+    "ulysses_degree": "--ulysses-degree",
+    "ring_degree": "--ring-degree",
+    "cache_backend": "--cache-backend",
+    "quantization": "--quantization",
+    "diffusion_attention_backend": "--diffusion-attention-backend",
+    "enforce_eager": "--enforce-eager",
+    "vae_tiling": "--vae-use-tiling",
+    "init_timeout_s": "--init-timeout",
+    "guardrails": "--no-guardrails",
+}
 
 
 log = logging.getLogger(__name__)
@@ -78,8 +93,17 @@ def parse_extra_args(extra: str, allow_risky: bool = False) -> list[str]:
     return args
 
 
+def levers_missing(flags: frozenset[str]) -> list[str]:
+    """The levers whose flag a server's help (`flags`, as variants.help_flags reads it) does not list."""
+    return [name for name, flag in LEVER_FLAGS.items() if flag not in flags]
+
+
 def world_size(settings: StudioSettings) -> int:
-    return settings.tensor_parallel_size * settings.cfg_parallel_size * settings.ulysses_degree
+    width = settings.tensor_parallel_size * settings.cfg_parallel_size * settings.ulysses_degree
+    # Ring attention is vLLM-Omni's alone: the embedded engine ignores it, so it takes no GPUs there.
+    if settings.engine != "embedded" and settings.ring_degree:
+        width *= settings.ring_degree
+    return width
 
 
 def visible_gpu_count() -> int | None:
@@ -102,9 +126,10 @@ def check_parallelism(settings: StudioSettings, gpus: list[str] | None) -> None:
             return  # cannot know here; the server reports it
         have, where = count, "the GPUs visible to the studio"
     if needed > have:
+        ring = f" x ring {settings.ring_degree}" if settings.ring_degree and settings.engine != "embedded" else ""
         raise LaunchError(
             f"tensor parallel {settings.tensor_parallel_size} x cfg parallel {settings.cfg_parallel_size} "
-            f"x ulysses {settings.ulysses_degree} needs {needed} GPUs, but {where} give {have}"
+            f"x ulysses {settings.ulysses_degree}{ring} needs {needed} GPUs, but {where} give {have}"
         )
 
 
@@ -121,22 +146,42 @@ def find_vllm(executable: str) -> str:
     raise LaunchError(f"the `vllm` executable was not found ({executable!r}); {INSTALL_HINT}")
 
 
+def lever_args(settings: StudioSettings) -> list[str]:
+    """The levers' flags for `vllm serve --omni`: each only where it is set (or differs from the server's
+    default), so an unset lever leaves the installed server's own default in place. Tensor parallel and the init
+    timeout are always given: the studio plans GPUs and waits by them."""
+    flag = LEVER_FLAGS
+    argv = [flag["tensor_parallel_size"], str(settings.tensor_parallel_size)]
+    if settings.cfg_parallel_size > 1:
+        argv += [flag["cfg_parallel_size"], str(settings.cfg_parallel_size)]
+    if settings.ulysses_degree > 1:
+        argv += [flag["ulysses_degree"], str(settings.ulysses_degree)]
+    if settings.ring_degree is not None:
+        argv += [flag["ring_degree"], str(settings.ring_degree)]
+    for name in ("cache_backend", "quantization", "diffusion_attention_backend"):
+        value = getattr(settings, name)
+        if value:
+            argv += [flag[name], value]
+    if settings.enforce_eager:
+        argv.append(flag["enforce_eager"])
+    if settings.vae_tiling:
+        argv.append(flag["vae_tiling"])
+    argv += [flag["init_timeout_s"], str(int(settings.init_timeout_s))]
+    if not settings.guardrails:
+        argv.append(flag["guardrails"])
+    return argv
+
+
 def _serve_flags(settings: StudioSettings, host: str, port: int) -> list[str]:
     argv = ["--omni", "--host", host, "--port", str(port)]
     if settings.served_model_name:
         argv += ["--served-model-name", settings.served_model_name]
-    argv += ["--tensor-parallel-size", str(settings.tensor_parallel_size)]
-    if settings.cfg_parallel_size > 1:
-        argv += ["--cfg-parallel-size", str(settings.cfg_parallel_size)]
-    if settings.ulysses_degree > 1:
-        argv += ["--ulysses-degree", str(settings.ulysses_degree)]
     if settings.model_class_name:
         argv += ["--model-class-name", settings.model_class_name]
-    argv += ["--init-timeout", str(int(settings.init_timeout_s))]
-    if not settings.guardrails:
-        argv.append("--no-guardrails")
+    argv += lever_args(settings)
     if settings.log_stats:
         argv.append("--log-stats")
+    # Extra args come last: where one repeats a lever's flag (a bench variant's), the server takes the extra one.
     return argv + parse_extra_args(settings.extra_serve_args, settings.allow_risky_serve_args)
 
 
@@ -213,7 +258,8 @@ def embedded_launch(settings: StudioSettings, port: int, output_dir: Path | None
         argv.append("--no-guardrails")
     if settings.engine_threads:
         argv += ["--threads", str(settings.engine_threads)]
-    # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism).
+    # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism). The
+    # other vLLM-Omni levers (ring, cache, quantization, attention backend, eager, VAE tiling) have no engine flag.
     if settings.cfg_parallel_size > 1:
         argv += ["--cfg-parallel-size", str(settings.cfg_parallel_size)]
     if settings.ulysses_degree > 1:

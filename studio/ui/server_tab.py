@@ -1,6 +1,6 @@
 """The Server tab: the managed server's state and log, the endpoints' load, start / stop / restart with new
 settings, and the doctor. The settings form is keyed by StudioSettings' field names, whose descriptions are the
-fields' help."""
+fields' help. Its vLLM-Omni levers show only where the installed vLLM-Omni has their flags (read from its help)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import pandas as pd
 from pydantic import ValidationError
 
 from studio.backend.controller import StudioController
+from studio.backend.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.server_metrics import scrape
 from studio.backend.supervisor import ServerState
+from studio.backend.variants import VariantError, server_flags
 from studio.config import EngineMode, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers
@@ -36,12 +38,104 @@ ENDPOINT_COLUMNS = [
 ]
 
 
+# The levers' labels, in the order the group shows them.
+LEVER_LABELS = {
+    "tensor_parallel_size": "Tensor parallel",
+    "cfg_parallel_size": "CFG parallel",
+    "ulysses_degree": "Ulysses degree",
+    "ring_degree": "Ring degree",
+    "cache_backend": "Cache backend",
+    "quantization": "Quantization",
+    "diffusion_attention_backend": "Attention backend",
+    "enforce_eager": "Enforce eager",
+    "vae_tiling": "VAE tiling",
+    "guardrails": "Server-wide guardrails",
+    "init_timeout_s": "Init timeout (s)",
+}
+# The levers that name a choice: the first choice of each leaves the server's own default in place.
+LEVER_CHOICES = {"cache_backend": "off", "quantization": "off", "diffusion_attention_backend": "auto"}
+# Levers with no value of their own by default (the server's applies): a blank control unsets them.
+UNSET_WHEN_BLANK = frozenset(name for name in LEVER_FLAGS if StudioSettings.model_fields[name].default is None)
+
+
 def described(name: str) -> str | None:
     return StudioSettings.model_fields[name].description
 
 
-def settings_form(settings: StudioSettings) -> dict[str, gr.Component]:
-    """The inputs of the settings a restart applies, laid out, keyed by StudioSettings' field names."""
+def _elem_id(name: str) -> str:
+    return "server-" + name.replace("_", "-")
+
+
+def _choice(settings: StudioSettings, name: str) -> gr.Dropdown:
+    """A lever naming a choice: the server's default, the usual values (the field's examples), and any other the
+    installed server knows, typed in."""
+    current = getattr(settings, name) or LEVER_CHOICES[name]
+    choices = [LEVER_CHOICES[name], *(StudioSettings.model_fields[name].examples or [])]
+    return gr.Dropdown(
+        choices if current in choices else [*choices, current],
+        value=current,
+        allow_custom_value=True,
+        label=LEVER_LABELS[name],
+        info=described(name),
+        elem_id=_elem_id(name),
+    )
+
+
+def levers_form(settings: StudioSettings) -> dict[str, gr.Component]:
+    """The vLLM-Omni levers, keyed by StudioSettings' field names (the keys of LEVER_FLAGS)."""
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        for name in ("tensor_parallel_size", "cfg_parallel_size", "ulysses_degree", "ring_degree"):
+            form[name] = gr.Number(
+                value=getattr(settings, name),
+                precision=0,
+                label=LEVER_LABELS[name],
+                info=described(name),
+                elem_id=_elem_id(name),
+            )
+    with gr.Row():
+        for name in LEVER_CHOICES:
+            form[name] = _choice(settings, name)
+    with gr.Row():
+        for name in ("enforce_eager", "vae_tiling", "guardrails"):
+            form[name] = gr.Checkbox(
+                value=getattr(settings, name), label=LEVER_LABELS[name], info=described(name), elem_id=_elem_id(name)
+            )
+        form["init_timeout_s"] = gr.Number(
+            value=settings.init_timeout_s,
+            label=LEVER_LABELS["init_timeout_s"],
+            info=described("init_timeout_s"),
+            elem_id="server-init-timeout",
+        )
+    return form
+
+
+def lever_visibility(flags: frozenset[str] | None, why: str = "") -> tuple[dict[str, bool], str]:
+    """Which lever controls show, and a note that says why: those whose flag the installed vLLM-Omni's help lists
+    (`flags`); every one where the help could not be read (`flags` None, `why` the reason)."""
+    if flags is None:
+        note = f"All levers shown: the installed vLLM-Omni's flags cannot be read ({why})."
+        return dict.fromkeys(LEVER_FLAGS, True), note
+    missing = levers_missing(flags)
+    shown = {name: name not in missing for name in LEVER_FLAGS}
+    if not missing:
+        return shown, "Every lever's flag is in the installed vLLM-Omni."
+    hidden = ", ".join(f"{LEVER_LABELS[name]} ({LEVER_FLAGS[name]})" for name in missing)
+    return shown, f"Hidden, the installed vLLM-Omni has no flag for them: {hidden}."
+
+
+def read_lever_flags(settings: StudioSettings) -> tuple[frozenset[str] | None, str]:
+    """The flags of the vLLM-Omni the settings name (whatever engine runs now: the levers are its), or None and
+    why they cannot be read. Slow the first time (the server's help imports its stack), cached after."""
+    try:
+        return server_flags(settings.model_copy(update={"engine": "vllm-omni"})), ""
+    except VariantError as exc:
+        return None, str(exc)
+
+
+def settings_form(settings: StudioSettings, levers_note: gr.Markdown | None = None) -> dict[str, gr.Component]:
+    """The inputs of the settings a restart applies, laid out, keyed by StudioSettings' field names. `levers_note`
+    (built unrendered): where the levers group says which of them the installed vLLM-Omni has."""
     form: dict[str, gr.Component] = {}
     with gr.Row():
         form["engine"] = gr.Radio(
@@ -62,20 +156,11 @@ def settings_form(settings: StudioSettings) -> dict[str, gr.Component]:
         form["api_key"] = gr.Textbox(
             value="", type="password", label="API key (kept, never shown)", elem_id="server-key"
         )
+    with gr.Accordion("vLLM-Omni levers", open=True, elem_id="server-levers"):
+        if levers_note is not None:
+            levers_note.render()
+        form.update(levers_form(settings))
     with gr.Row():
-        for name, label in (
-            ("tensor_parallel_size", "Tensor parallel"),
-            ("cfg_parallel_size", "CFG parallel"),
-            ("ulysses_degree", "Ulysses degree"),
-        ):
-            form[name] = gr.Number(value=getattr(settings, name), precision=0, label=label, info=described(name))
-        form["init_timeout_s"] = gr.Number(
-            value=settings.init_timeout_s, label="Init timeout (s)", info=described("init_timeout_s")
-        )
-    with gr.Row():
-        form["guardrails"] = gr.Checkbox(
-            value=settings.guardrails, label="Server-wide guardrails", info=described("guardrails")
-        )
         form["gpus"] = gr.Textbox(value=settings.gpus or "", label="GPUs (e.g. 0,1,2,3)", info=described("gpus"))
         form["extra_serve_args"] = gr.Textbox(
             value=settings.extra_serve_args, label="Extra serve args", info=described("extra_serve_args")
@@ -129,12 +214,15 @@ def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
 
 
 def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[str, Any]:
-    """The current settings with the form's applied: a blank number keeps its current value, a blank key the
-    current key (the page never shows it)."""
+    """The current settings with the form's applied: a blank number keeps its current value (a blank lever that
+    has no value by default, such as the ring degree, goes back to the server's default), a blank key the current
+    key (the page never shows it)."""
     values = current.model_dump()
     for name, value in form.items():
         if value not in (None, ""):
             values[name] = value
+        elif name in UNSET_WHEN_BLANK:  # a lever left blank: the server's own default
+            values[name] = None
     values.update(
         model=str(values["model"]).strip(),
         remote_urls=[u.strip() for u in str(form.get("remote_urls") or "").split(",") if u.strip()],
@@ -268,7 +356,8 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         stop = gr.Button("Stop", elem_id="server-stop")
         restart = gr.Button("Restart (applies the settings below)", elem_id="server-restart")
     result = gr.Markdown("", elem_id="server-result")  # what the buttons above did
-    form = settings_form(settings)
+    levers_note = gr.Markdown("", elem_id="server-levers-note", render=False)
+    form = settings_form(settings, levers_note)
     auto_restart = gr.Checkbox(
         value=settings.auto_restart,
         label="Auto-restart a crashed server (and resend what it had not started)",
@@ -305,6 +394,19 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
     def is_operator(request: gr.Request, profile: gr.OAuthProfile | None) -> bool:
         visitor = access.visitor(request, profile)
         return visitor is not None and visitor.operator
+
+    levers = [form[name] for name in LEVER_FLAGS]
+
+    @gr.on(triggers=None, outputs=[levers_note, *levers], show_progress="hidden", api_visibility="private")
+    async def on_open_levers(request: gr.Request, profile: gr.OAuthProfile | None):
+        """On the page's load, an operator's levers group keeps only what the installed vLLM-Omni has."""
+        if not is_operator(request, profile):  # the tab is the operator's; a visitor's page is left as it is
+            yield [gr.skip()] * (1 + len(levers))
+            return
+        yield ["Checking which levers the installed vLLM-Omni has ...", *[gr.skip()] * len(levers)]
+        flags, why = await asyncio.to_thread(read_lever_flags, controller.settings)
+        shown, note = lever_visibility(flags, why)
+        yield [html.escape(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
 
     @timer.tick(inputs=replica, outputs=[state, log_tail], show_progress="hidden", api_visibility="private")
     def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:

@@ -92,10 +92,10 @@ def test_each_visitor_sees_and_cancels_only_their_own_work(studio):
     [
         ("/stop_server", {}),
         ("/start_server", {}),
-        ("/restart_server", {}),
+        ("/restart_server", {"ring_degree": None}),
         ("/doctor", {}),
         ("/bench", {}),
-        ("/apply_layout", {}),
+        ("/apply_layout", {"label": None}),
     ],
 )
 def test_the_operators_endpoints_refuse_a_visitor_and_change_nothing(studio, endpoint, values):

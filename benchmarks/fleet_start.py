@@ -1,0 +1,63 @@
+"""How long a fleet of K replicas takes to be ready, against one replica, in one run: the replicas start side by
+side, so K of them should take about as long as one.
+
+The embedded engine on this machine (`--replicas K`, the studio's own fleet: studio.backend.fleet), started and
+stopped `--rounds` times each way, alternating; reported: the median time from the start call to every replica
+answering its health check, and the ratio.
+
+Usage: python benchmarks/fleet_start.py [--replicas 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from studio.backend.fleet import layout_label, managed_fleet, plan_fleet  # noqa: E402
+from studio.config import DEFAULT_MODEL_DIR, StudioSettings  # noqa: E402
+
+
+def start_s(replicas: int, logs: Path) -> tuple[float, str]:
+    settings = StudioSettings(_env_file=None, model=str(DEFAULT_MODEL_DIR), replicas=replicas, engine_threads=1)
+    plan = plan_fleet(settings)
+    servers = managed_fleet(settings, logs, plan)
+    started = time.perf_counter()
+    try:
+        for server in servers:
+            server.start(wait=False)
+        for server in servers:
+            server.wait_ready()
+        return time.perf_counter() - started, layout_label(settings, plan)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def main(args: argparse.Namespace) -> None:
+    one, many = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            seconds, _ = start_s(1, Path(tmp) / f"one{round_}")
+            one.append(seconds)
+            seconds, label = start_s(args.replicas, Path(tmp) / f"many{round_}")
+            many.append(seconds)
+            print(f"round {round_ + 1}: 1 replica {one[-1]:.2f} s, {label} {many[-1]:.2f} s", flush=True)
+    ratio = statistics.median(many) / statistics.median(one)
+    print(
+        f"ready: 1 replica {statistics.median(one):.2f} s, {args.replicas} replicas {statistics.median(many):.2f} s "
+        f"(medians of {args.rounds}): {ratio:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    main(parser.parse_args())
