@@ -26,7 +26,8 @@ TINY_WAN_DIR = ASSETS_DIR / "tiny-wan"
 DEFAULT_MODEL_DIR = SMALL_MODEL_DIR
 DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
 
-EngineMode = Literal["embedded", "vllm-omni", "remote"]
+EngineMode = Literal["embedded", "vllm-omni", "remote", "cosmos-framework"]
+Cluster = Literal["local", "ray"]
 Device = Literal["auto", "cpu", "cuda"]
 # A value a vLLM-Omni lever passes on (a cache backend, a quantization method, an attention backend): a name, never
 # something the server's parser could read as a flag.
@@ -50,8 +51,8 @@ class StudioSettings(BaseSettings):
     # Which engine makes the videos.
     engine: EngineMode = Field(
         default="embedded",
-        description="embedded (the studio's own engine), vllm-omni (a managed `vllm serve --omni`) "
-        "or remote (servers that already run)",
+        description="embedded (the studio's own engine), vllm-omni (a managed `vllm serve --omni`), "
+        "remote (vLLM-Omni servers that already run) or cosmos-framework (Cosmos Framework servers that already run)",
     )
     model: str = Field(default=str(DEFAULT_MODEL_DIR), description="model dir or hub id the managed server serves")
     served_model_name: str | None = Field(
@@ -165,6 +166,23 @@ class StudioSettings(BaseSettings):
     request_timeout_s: float = Field(default=3600.0, gt=0, description="give up on a job after this")
     http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
     poll_interval_s: float = Field(default=0.25, gt=0, description="seconds between two polls of a job")
+
+    # Beyond one machine: the fleet placed and supervised by Ray.
+    cluster: Cluster = Field(
+        default="local",
+        description="where the fleet's replicas run: local (this machine) or ray (Ray actors, on the nodes Ray "
+        "places them)",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="a running Ray cluster, host:6379 (default with --cluster ray: a local Ray on loopback)",
+    )
+    replicas_min: int | None = Field(
+        default=None, ge=1, description="with --cluster ray: the fewest replicas kept (default: --replicas)"
+    )
+    replicas_max: int | None = Field(
+        default=None, ge=1, description="with --cluster ray: the most replicas added under load (default: --replicas)"
+    )
 
     # A fleet: servers of the model side by side, each with its own GPUs.
     replicas: int = Field(

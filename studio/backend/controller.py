@@ -15,6 +15,7 @@ from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 from studio import tiers
 from studio.backend.board import RequestBoard
 from studio.backend.client import load_sdk, server_root
+from studio.backend.engines import client_class_for
 from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
 from studio.backend.fleet import layout_label, managed_fleet, plan_fleet
 from studio.backend.recovery import leftovers_to_follow
@@ -121,7 +122,9 @@ class StudioController:
         self._attach([server.base_url for server in servers])
 
     def _attach(self, urls: list[str]) -> None:
-        pool = EndpointPool.from_urls(urls, **self._client_options())
+        pool = EndpointPool.from_urls(
+            urls, client_class=client_class_for(self.settings.engine), **self._client_options()
+        )
         self.dispatcher.set_slots(self._slot_count(len(urls)))
         self.served_model = next(iter(pool.served_models()), None)
         self.pool = pool

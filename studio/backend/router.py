@@ -56,14 +56,24 @@ class EndpointPool:
             raise ValueError("an endpoint pool needs at least one endpoint")
         self.endpoints = endpoints
         self.api_key = api_key
+        self.client_class: type[VideoClient] = VideoClient  # what replace_url makes for a moved endpoint
         self._lock = threading.Lock()
         # One health watcher per event loop, however many runs want the pool watched.
         self._watchers: dict[asyncio.AbstractEventLoop, tuple[asyncio.Task, int]] = {}
 
     @classmethod
-    def from_urls(cls, urls: list[str], api_key: str | None = None, **client_options: float) -> EndpointPool:
-        endpoints = [Endpoint(url=url, client=VideoClient(url, api_key=api_key, **client_options)) for url in urls]
-        return cls(endpoints, api_key=api_key)
+    def from_urls(
+        cls,
+        urls: list[str],
+        api_key: str | None = None,
+        client_class: type[VideoClient] = VideoClient,
+        **client_options: float,
+    ) -> EndpointPool:
+        """A pool of `urls`, each spoken to by a `client_class` (the engine's: studio.backend.engines)."""
+        endpoints = [Endpoint(url=url, client=client_class(url, api_key=api_key, **client_options)) for url in urls]
+        pool = cls(endpoints, api_key=api_key)
+        pool.client_class = client_class
+        return pool
 
     def acquire(self, exclude: set[str] | None = None) -> Endpoint:
         with self._lock:
@@ -212,7 +222,7 @@ class EndpointPool:
         endpoint = self.find(old)
         if endpoint is not None:
             endpoint.url, endpoint.name = new, new
-            endpoint.client = VideoClient(new, api_key=api_key, **client_options)
+            endpoint.client = self.client_class(new, api_key=api_key, **client_options)
 
     def find(self, url: str) -> Endpoint | None:
         return next((ep for ep in self.endpoints if ep.url == url), None)
