@@ -28,6 +28,9 @@ from studio import plots
 from studio.backend.bench_config import BenchConfig
 from studio.backend.bench_fleets import Fleet, plan_bench, start_fleet, stop_fleet
 from studio.backend.client import server_root
+from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
+from studio.backend.cosmos_framework_client import LATENCY_ONLY
+from studio.backend.engines import URL_ENGINES, client_class_for
 from studio.backend.launchers import LaunchError
 from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.pareto_plot import pareto_figure
@@ -382,6 +385,8 @@ async def bench_pool(
             "endpoints": [ep.url for ep in pool.endpoints],
         },
         "environment": _environment(started),
+        # Where a figure is missing on purpose, the report says why.
+        "notes": [LATENCY_ONLY] if settings.engine == COSMOS_FRAMEWORK else [],
         "cells": [cell.row() for cell in cells],
         "requests": request_rows(cells),
         "recommendation": recommendation(cells, config.slo_s),
@@ -394,6 +399,7 @@ def _pool(settings: StudioSettings, urls: list[str]) -> EndpointPool:
     return EndpointPool.from_urls(
         urls,
         api_key=settings.api_key_value(),
+        client_class=client_class_for(settings.engine),
         http_timeout_s=settings.http_timeout_s,
         poll_interval_s=settings.poll_interval_s,
     )
@@ -522,9 +528,9 @@ async def run_bench(
                     tasks[label] = progress.add_task(label, total=total)
                 progress.update(tasks[label], completed=done)
 
-            if settings.engine == "remote":
+            if settings.engine in URL_ENGINES:
                 if not settings.remote_urls:
-                    raise ValueError("remote engine: give at least one --url")
+                    raise ValueError(f"{settings.engine} engine: give at least one --url")
                 if config.layouts or config.variants:
                     raise ValueError("layouts and variants are fleets the bench starts; --url servers run already")
                 pool = _pool(settings, [server_root(url) for url in settings.remote_urls])

@@ -21,6 +21,12 @@ class NotYours(PermissionError):
     """A visitor tried to act on another visitor's request."""
 
 
+def _server_s(view: RequestView) -> float | None:
+    """What a request took at its server: its inference time, or where the server cannot tell it apart from its
+    queue (one that answers only once the video is made), its latency."""
+    return view.timings.inference_s or view.timings.latency_s
+
+
 def _theirs(view: RequestView, visitor: Visitor | None) -> bool:
     return visitor is None or view.visitor_id == visitor.id
 
@@ -48,8 +54,8 @@ class RequestBoard:
         self.version += 1
         if view.state.finished and view not in self.finished_order:
             self.finished_order.append(view)
-            if view.state is RequestState.DONE and view.timings.inference_s:
-                self._inference_by_shape[view.shape_key].append(view.timings.inference_s)
+            if view.state is RequestState.DONE and _server_s(view):
+                self._inference_by_shape[view.shape_key].append(_server_s(view))
 
     # ---- reading -----------------------------------------------------------------------------------
     def views(self, visitor: Visitor | None = None) -> list[RequestView]:
@@ -70,8 +76,8 @@ class RequestBoard:
 
     def recent_inference_s(self, last: int = 20) -> list[float]:
         """Inference times of the requests done last, all visitors together: what the next ones may take."""
-        done = [v for v in reversed(self.finished_order) if v.state is RequestState.DONE and v.timings.inference_s]
-        return [view.timings.inference_s for view in done[:last]]
+        done = [v for v in reversed(self.finished_order) if v.state is RequestState.DONE and _server_s(v)]
+        return [_server_s(view) for view in done[:last]]
 
     def find(self, request_id: str) -> tuple[Run, RequestView] | None:
         for run in self.runs:

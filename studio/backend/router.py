@@ -210,7 +210,12 @@ class EndpointPool:
                 try:
                     response = http.get(endpoint.client.base_url + "/models", headers=headers)
                     response.raise_for_status()
-                    names = [str(model["id"]) for model in response.json().get("data", [])]
+                    body = response.json()  # vLLM-Omni: {"data": [{"id": ...}]}; the Cosmos Framework's: names
+                    names = (
+                        [str(name) for name in body]
+                        if isinstance(body, list)
+                        else [str(model["id"]) for model in body.get("data", [])]
+                    )
                 except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
                     log.warning("could not read the models %s serves: %s", endpoint.url, exc)
                     continue

@@ -158,10 +158,13 @@ async def _send_and_report(
             err.print(f"[red]error:[/red] request {kind}: {view.error}")
             return EXIT_FAILED
         t = view.timings
-        err.print(
-            f"done in {t.latency_s:.2f} s (queue {t.queue_wait_s or 0:.2f} s, inference {t.inference_s or 0:.2f} s), "
-            f"seed {view.request.seed}, sidecar {view.sidecar_path}"
+        # A server that answers only once the video is made tells no queue wait from inference: latency only.
+        split = (
+            "latency only"
+            if t.queue_wait_s is None and t.inference_s is None
+            else f"queue {t.queue_wait_s or 0:.2f} s, inference {t.inference_s or 0:.2f} s"
         )
+        err.print(f"done in {t.latency_s:.2f} s ({split}), seed {view.request.seed}, sidecar {view.sidecar_path}")
         print(view.video_path, file=sys.stdout, flush=True)
         return 0
     except ClientError as exc:

@@ -14,6 +14,8 @@ import gradio as gr
 
 from studio import tiers
 from studio.backend.controller import StudioController
+from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
+from studio.backend.cosmos_framework_client import GUARDRAILS_AT_START
 from studio.backend.spec import MAX_CONCURRENCY, SeedPolicy
 from studio.backend.stats import summarize
 from studio.ui import figures, gallery, handlers, tables
@@ -72,7 +74,15 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
             1, MAX_CONCURRENCY, value=4, step=1, label="Concurrency (in flight)", elem_id="concurrency"
         )
     with gr.Row():
-        form["guardrails"] = gr.Checkbox(value=True, label="Guardrails", elem_id="guardrails")
+        # The Cosmos Framework server sets guardrails when it starts: the switch shows that, and cannot be used.
+        fixed_guardrails = settings.engine == COSMOS_FRAMEWORK
+        form["guardrails"] = gr.Checkbox(
+            value=True,
+            label="Guardrails",
+            info=GUARDRAILS_AT_START if fixed_guardrails else None,
+            interactive=not fixed_guardrails,
+            elem_id="guardrails",
+        )
         form["sound"] = gr.Checkbox(value=False, label="Sound (models that have it)", elem_id="sound")
     form["image"] = gr.Image(
         type="filepath", sources=["upload"], label="Image for image-to-video", elem_id="image", height=160

@@ -12,6 +12,7 @@ import pandas as pd
 
 from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
+from studio.backend.cosmos_framework_client import JOB_ID_PREFIX, LATENCY_ONLY, NO_CANCEL
 from studio.backend.fair_share import Standing
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.stats import LatencySummary
@@ -79,6 +80,7 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
             note = "blocked by guardrails: " + note
         elif progress.estimated and not view.state.finished:
             note, percent = (NO_ESTIMATE, "–") if progress.eta_s is None else (ESTIMATED, percent)
+        note = _answers_when_done_note(view, note)
         rows.append(
             [
                 short(view.id),
@@ -94,6 +96,17 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
             ]
         )
     return frame(rows, REQUEST_COLUMNS)
+
+
+def _answers_when_done_note(view: RequestView, note: str) -> str:
+    """A request of a server that answers only once the video is made (the Cosmos Framework's): the note says what
+    it cannot tell (queue wait apart from inference) or do (cancel)."""
+    if not (view.job_id or "").startswith(JOB_ID_PREFIX):
+        return note
+    extra = {RequestState.DONE: LATENCY_ONLY, RequestState.CANCELLED: NO_CANCEL}.get(view.state)
+    if extra is None:
+        return note
+    return f"{note}; {extra}" if note else extra
 
 
 def counts_line(summary: LatencySummary, active: int) -> str:
