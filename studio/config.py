@@ -177,12 +177,6 @@ class StudioSettings(BaseSettings):
         default=None,
         description="a running Ray cluster, host:6379 (default with --cluster ray: a local Ray on loopback)",
     )
-    replicas_min: int | None = Field(
-        default=None, ge=1, description="with --cluster ray: the fewest replicas kept (default: --replicas)"
-    )
-    replicas_max: int | None = Field(
-        default=None, ge=1, description="with --cluster ray: the most replicas added under load (default: --replicas)"
-    )
 
     # A fleet: servers of the model side by side, each with its own GPUs.
     replicas: int = Field(

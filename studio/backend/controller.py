@@ -57,7 +57,7 @@ class StudioController:
         self.settings = settings
         self.store = store or OutputStore(Path(settings.outputs_dir))
         # The managed replicas (one unless settings.replicas says more), each on its own GPUs and port.
-        self.servers: list[ManagedServer] = [server] if server is not None else []
+        self.servers: list[ManagedServer] = [server] if server is not None else []  # RayServer: the same interface
         self.layout: str | None = None  # "2 x TP4 on GPUs 0-7", once the fleet is planned
         self.pool: EndpointPool | None = None
         self.board = RequestBoard()
@@ -98,7 +98,15 @@ class StudioController:
         self.start_error = None
         with self._lock:
             if self.managed:
-                if not self.servers:
+                if not self.servers and self.settings.cluster == "ray":
+                    # Imported here: Ray is an optional extra, and a studio on one machine never loads it.
+                    from studio.backend.ray_fleet import ray_fleet, ray_layout_label
+
+                    self.layout = ray_layout_label(self.settings)
+                    self.servers = ray_fleet(self.settings, self.store.logs_dir)
+                    for replica in self.servers:
+                        replica.on_exit(self._server_exited)
+                elif not self.servers:
                     plan = plan_fleet(self.settings)
                     self.layout = layout_label(self.settings, plan)
                     self.servers = managed_fleet(self.settings, self.store.logs_dir, plan)
@@ -368,7 +376,12 @@ class StudioController:
         if self._resumed:
             return 0
         self._resumed = True
-        leftovers = await leftovers_to_follow(self.store, rows=self._leftovers, **self._client_options())
+        leftovers = await leftovers_to_follow(
+            self.store,
+            rows=self._leftovers,
+            client_class=client_class_for(self.settings.engine),
+            **self._client_options(),
+        )
         if leftovers is None:
             return 0
         pool, rows = leftovers

@@ -190,17 +190,18 @@ def _key_env(settings: StudioSettings) -> tuple[dict[str, str], frozenset[str]]:
     return ({"VLLM_API_KEY": key}, frozenset({"VLLM_API_KEY"})) if key else ({}, frozenset())
 
 
-def vllm_omni_launch(settings: StudioSettings, port: int) -> LaunchSpec:
-    """`vllm serve MODEL --omni ...` on loopback, on the GPUs given."""
+def vllm_omni_launch(settings: StudioSettings, port: int, host: str = "127.0.0.1") -> LaunchSpec:
+    """`vllm serve MODEL --omni ...` on `host` (loopback unless a cluster node's address is given), on the GPUs
+    given."""
     gpus = parse_gpus(settings.gpus)
     check_parallelism(settings, gpus)
     if settings.use_docker:
-        return docker_launch(settings, port, gpus)
+        return docker_launch(settings, port, gpus, host)
     argv = [
         find_vllm(settings.vllm_executable),
         "serve",
         settings.model,
-        *_serve_flags(settings, "127.0.0.1", port),
+        *_serve_flags(settings, host, port),
     ]
     env, secrets = _key_env(settings)
     if gpus is not None:
@@ -210,8 +211,9 @@ def vllm_omni_launch(settings: StudioSettings, port: int) -> LaunchSpec:
     return LaunchSpec(name="vllm-omni", argv=argv, env=env, secret_env=secrets)
 
 
-def docker_launch(settings: StudioSettings, port: int, gpus: list[str] | None) -> LaunchSpec:
-    """NVIDIA's recipe: the server listens on 8000 inside the container, published on loopback only."""
+def docker_launch(settings: StudioSettings, port: int, gpus: list[str] | None, host: str = "127.0.0.1") -> LaunchSpec:
+    """NVIDIA's recipe: the server listens on 8000 inside the container, published on `host` only (loopback
+    unless a cluster node's address is given)."""
     hf_home = Path(settings.hf_home or Path.home() / ".cache" / "huggingface")
     gpu_arg = "all" if gpus is None else f'"device={",".join(gpus)}"'
     env, secrets = _key_env(settings)
@@ -222,7 +224,7 @@ def docker_launch(settings: StudioSettings, port: int, gpus: list[str] | None) -
         "--gpus",
         gpu_arg,
         "-p",
-        f"127.0.0.1:{port}:8000",
+        f"{host}:{port}:8000",
         "--ipc=host",
         "-v",
         f"{hf_home}:/root/.cache/huggingface",
@@ -235,8 +237,10 @@ def docker_launch(settings: StudioSettings, port: int, gpus: list[str] | None) -
     return LaunchSpec(name="vllm-omni-docker", argv=argv, env=env, secret_env=secrets)
 
 
-def embedded_launch(settings: StudioSettings, port: int, output_dir: Path | None = None) -> LaunchSpec:
-    """The project's own engine, as a subprocess of the same Python."""
+def embedded_launch(
+    settings: StudioSettings, port: int, output_dir: Path | None = None, host: str = "127.0.0.1"
+) -> LaunchSpec:
+    """The project's own engine, as a subprocess of the same Python, listening on `host`."""
     argv = [
         sys.executable,
         "-m",
@@ -244,7 +248,7 @@ def embedded_launch(settings: StudioSettings, port: int, output_dir: Path | None
         "--model",
         settings.model,
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--device",
@@ -279,9 +283,11 @@ def embedded_launch(settings: StudioSettings, port: int, output_dir: Path | None
     return LaunchSpec(name="embedded", argv=argv, env=env, secret_env=secrets)
 
 
-def launch_for(settings: StudioSettings, port: int) -> LaunchSpec:
+def launch_for(settings: StudioSettings, port: int, host: str = "127.0.0.1") -> LaunchSpec:
+    """`host`: the address the server binds; loopback, except a replica on a cluster node the studio reaches
+    by the node's address."""
     if settings.engine == "embedded":
-        return embedded_launch(settings, port)
+        return embedded_launch(settings, port, host=host)
     if settings.engine == "vllm-omni":
-        return vllm_omni_launch(settings, port)
+        return vllm_omni_launch(settings, port, host)
     raise LaunchError("remote servers are not started by the studio; give their URLs instead")

@@ -145,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(*(_cell(row.get(key)) for key in columns.values()))
     out = Console(soft_wrap=True, width=None if Console().is_terminal else 200)
     out.print(table)
+    for note in report.get("notes", []):  # what the figures cannot say, e.g. a server that reports latency only
+        out.print(f"note: {note}")
     for fleet in report.get("fleets", []):
         if fleet.get("error"):
             out.print(f"{fleet['label']}: did not start: {fleet['error']}")

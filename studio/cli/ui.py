@@ -7,8 +7,8 @@ import argparse
 from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
-# A node's GPUs as replicas of the server, each as wide as the engine flags say.
-FLEET_FIELDS = ("replicas",)
+# A node's GPUs (or a Ray cluster's, with --cluster ray) as replicas of the server, each as wide as the engine flags say.
+FLEET_FIELDS = ("replicas", "cluster", "ray_address")
 PAGE_FIELDS = ("host", "port", "share", "outputs_dir")
 # Who is who on the page: accounts, operators, and whether visitors may come in without signing in.
 ACCESS_FIELDS = ("auth", "auth_file", "operators", "allow_anonymous", "insecure")

@@ -1,0 +1,545 @@
+"""The bench: the same run engine as the page, over a grid of cells (`omni-studio bench` and the page's Bench view).
+
+A cell is one (tier, guardrails, concurrency) setting. Each cell sends its warm-up requests (not counted),
+then its measured requests: closed loop (at most `concurrency` in flight) or open loop (Poisson arrivals at
+`request_rate`). The cells run on the endpoints given (bench_pool: the page's servers, --url servers) or on
+each fleet (layout x variant, bench_fleets.py) in turn: start it, warm every replica, measure, stop it.
+Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a recommendation per
+tier (for fleets: the Pareto set and the fleet to run, pareto.py). The form is studio/backend/bench_config.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import platform
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from studio import plots
+from studio.backend.bench_config import BenchConfig
+from studio.backend.bench_fleets import Fleet, plan_bench, start_fleet, stop_fleet
+from studio.backend.client import server_root
+from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
+from studio.backend.cosmos_framework_client import LATENCY_ONLY
+from studio.backend.engines import URL_ENGINES, client_class_for
+from studio.backend.launchers import LaunchError
+from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
+from studio.backend.pareto_plot import pareto_figure
+from studio.backend.request_state import RequestState, RequestView
+from studio.backend.router import EndpointPool
+from studio.backend.runs import Run
+from studio.backend.server_metrics import scrape
+from studio.backend.spec import MAX_CONCURRENCY, RunSpec
+from studio.backend.stats import LatencySummary, summarize
+from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer, ServerStartError
+from studio.config import StudioSettings
+
+PARETO_PLOT = "pareto.png"
+
+
+@dataclass
+class CellResult:
+    tier: str
+    guardrails: bool
+    concurrency: int
+    endpoints: int
+    summary: LatencySummary
+    views: list[RequestView]
+    server_metrics: list[dict[str, Any]]
+    fleet: Fleet | None = None  # None: the endpoints the bench was given
+
+    def fleet_columns(self) -> dict[str, Any]:
+        """Which fleet the cell ran on, and its throughput per device (GPU, or CPU core on a CPU)."""
+        if self.fleet is None:
+            return {}
+        per_min = self.summary.throughput_per_min
+        return {
+            "layout": str(self.fleet.layout),
+            "replicas": self.fleet.layout.replicas,
+            "width": self.fleet.layout.width,
+            "variant": self.fleet.variant.name,
+            "devices": self.fleet.devices,
+            "device_kind": self.fleet.device_kind,
+            "videos_per_min_per_device": None if per_min is None else per_min / self.fleet.devices,
+        }
+
+    def row(self) -> dict[str, Any]:
+        s = self.summary
+        e2el = [v.timings.latency_s for v in self.views if v.state is RequestState.DONE and v.timings.latency_s]
+        duration = s.duration_s or 0.0
+        good = (s.goodput or 0.0) * s.count if s.goodput is not None else None
+        fleet = self.fleet_columns()
+        return {
+            **{key: fleet[key] for key in ("layout", "variant") if key in fleet},
+            "tier": self.tier,
+            "guardrails": self.guardrails,
+            "concurrency": self.concurrency,
+            "endpoints": self.endpoints,
+            "completed": s.completed,
+            "failed": s.failed,
+            "latency_mean_s": s.latency_mean_s,
+            "latency_p50_s": s.latency_p50_s,
+            "latency_p90_s": s.latency_p90_s,
+            "latency_p95_s": s.latency_p95_s,
+            "latency_p99_s": s.latency_p99_s,
+            "latency_max_s": s.latency_max_s,
+            "queue_wait_mean_s": s.queue_wait_mean_s,
+            "inference_mean_s": s.inference_mean_s,
+            "videos_per_min": s.throughput_per_min,
+            "goodput": s.goodput,
+            "slo_s": s.slo_s,
+            **{key: value for key, value in fleet.items() if key not in ("layout", "variant")},
+            # vLLM-Omni's diffusion benchmark names, so figures compare.
+            "duration": duration,
+            "request_throughput": s.completed / duration if duration else None,
+            "request_goodput": good / duration if duration and good is not None else None,
+            "mean_e2el_ms": None if s.latency_mean_s is None else s.latency_mean_s * 1000,
+            "median_e2el_ms": None if s.latency_p50_s is None else s.latency_p50_s * 1000,
+            "p99_e2el_ms": None if s.latency_p99_s is None else s.latency_p99_s * 1000,
+            "std_e2el_ms": float(_std(e2el)) * 1000 if e2el else None,
+            "server_running_max": max((m.get("running") or 0 for m in self.server_metrics), default=None),
+            "server_waiting_max": max((m.get("waiting") or 0 for m in self.server_metrics), default=None),
+        }
+
+
+def _std(values: Sequence[float]) -> float:
+    import numpy as np
+
+    return float(np.std(values))
+
+
+def poisson_arrivals(count: int, rate: float, rng: random.Random) -> list[float]:
+    """Arrival offsets (s) of a Poisson process: exponential gaps with mean 1/rate."""
+    now, offsets = 0.0, []
+    for _ in range(count):
+        offsets.append(now)
+        now += rng.expovariate(rate)
+    return offsets
+
+
+def _spec_args(config: BenchConfig, tier: str, guardrails: bool, settings: StudioSettings) -> dict[str, Any]:
+    return dict(
+        tier=tier,
+        aspect=config.aspect,
+        frames=config.frames,
+        steps=config.steps,
+        seed=config.seed,
+        seed_policy="increment",
+        guardrails=guardrails,
+        model=settings.served_model_name,
+    )
+
+
+async def warm_fleet(
+    pool: EndpointPool, store: OutputStore, config: BenchConfig, settings: StudioSettings, replicas: int
+) -> None:
+    """Every replica answers `warmup` requests of each tier before any cell: the router gives each of K requests
+    sent at once to a different replica (the least busy), so none meets its first request in a measured cell."""
+    if not config.warmup:
+        return
+    count = config.warmup * replicas
+    for tier in config.tiers:
+        prompts = [config.prompts[i % len(config.prompts)] for i in range(count)]
+        spec = RunSpec(
+            prompts=prompts,
+            concurrency=min(MAX_CONCURRENCY, replicas),
+            **_spec_args(config, tier, config.guardrails[0], settings),
+        )
+        await Run(spec, pool, store, request_timeout_s=settings.request_timeout_s).wait()
+
+
+async def run_cell(
+    pool: EndpointPool,
+    store: OutputStore,
+    config: BenchConfig,
+    tier: str,
+    guardrails: bool,
+    concurrency: int,
+    settings: StudioSettings,
+    on_done: Callable[[], None],
+    fleet: Fleet | None = None,
+) -> CellResult:
+    rng = random.Random(f"{config.seed}-{tier}-{guardrails}-{concurrency}")
+    prompts = [config.prompts[i % len(config.prompts)] for i in range(config.requests)]
+    spec_args = _spec_args(config, tier, guardrails, settings)
+    if config.warmup:
+        warm = Run(
+            RunSpec(prompts=prompts[: config.warmup], concurrency=concurrency, **spec_args),
+            pool,
+            store,
+            request_timeout_s=settings.request_timeout_s,
+        )
+        await warm.wait()
+    arrivals = poisson_arrivals(len(prompts), config.request_rate, rng) if config.request_rate else None
+    cap = MAX_CONCURRENCY if config.request_rate else concurrency
+    run = Run(
+        RunSpec(prompts=prompts, concurrency=cap, **spec_args),
+        pool,
+        store,
+        request_timeout_s=settings.request_timeout_s,
+        arrivals=arrivals,
+    )
+    samples: list[dict[str, Any]] = []
+
+    async def sample_metrics() -> None:
+        while True:
+            for metrics in await asyncio.gather(*(scrape(ep.url) for ep in pool.endpoints)):
+                if metrics.error is None:
+                    samples.append(
+                        {"url": metrics.url, "t": time.time(), "running": metrics.running, "waiting": metrics.waiting}
+                    )
+            await asyncio.sleep(1.0)
+
+    sampler = asyncio.create_task(sample_metrics())
+    try:
+        async for view in run.updates():
+            if view.state.finished:
+                on_done()
+    finally:
+        sampler.cancel()
+    summary = summarize([v.sample() for v in run.views], slo_s=config.slo_s, by_tier=False)
+    return CellResult(tier, guardrails, concurrency, len(pool.endpoints), summary, run.views, samples, fleet)
+
+
+def recommendation(cells: list[CellResult], slo_s: float | None) -> list[str]:
+    """For the endpoints the bench was given: the concurrency of lowest latency, and of most videos within the SLO."""
+    lines = []
+    for tier in sorted({c.tier for c in cells}):
+        mine = [c for c in cells if c.tier == tier and c.summary.completed]
+        if not mine:
+            lines.append(f"{tier}: no completed requests")
+            continue
+        fastest = min(mine, key=lambda c: c.summary.latency_p50_s or float("inf"))
+        within = [c for c in mine if slo_s is None or (c.summary.latency_p90_s or float("inf")) <= slo_s]
+        line = (
+            f"{tier}: lowest latency at concurrency {fastest.concurrency} x {fastest.endpoints} endpoint(s) "
+            f"(p50 {fastest.summary.latency_p50_s:.2f} s)"
+        )
+        if within:
+            best = max(within, key=lambda c: c.summary.throughput_per_min or 0)
+            slo = f"p90 within {slo_s:g} s" if slo_s is not None else "no SLO given"
+            line += (
+                f"; highest throughput with {slo} at concurrency {best.concurrency} x {best.endpoints} "
+                f"endpoint(s): {best.summary.throughput_per_min or 0:.2f} videos/min "
+                f"(p90 {best.summary.latency_p90_s:.2f} s)"
+            )
+        else:
+            line += f"; no setting keeps p90 within {slo_s:g} s: add replicas or lower the tier"
+        lines.append(line)
+    return lines
+
+
+def request_rows(cells: list[CellResult]) -> list[dict[str, Any]]:
+    rows = []
+    for cell in cells:
+        fleet = {"layout": str(cell.fleet.layout), "variant": cell.fleet.variant.name} if cell.fleet else {}
+        for view in cell.views:
+            rows.append(
+                {
+                    **fleet,
+                    "tier": cell.tier,
+                    "guardrails": cell.guardrails,
+                    "concurrency": cell.concurrency,
+                    "endpoints": cell.endpoints,
+                    **view.as_record(),
+                }
+            )
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        path.write_text("")
+        return
+    names = list(dict.fromkeys(key for row in rows for key in row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_plots(out: Path, cells: list[CellResult]) -> list[Path]:
+    series_latency: dict[str, list[tuple[float, float]]] = {}
+    series_throughput: dict[str, list[tuple[float, float]]] = {}
+    for cell in cells:
+        where = cell.fleet.label if cell.fleet else f"x{cell.endpoints}"
+        name = f"{cell.tier}{'' if cell.guardrails else ' no-guard'} {where}"
+        if cell.summary.latency_p50_s is not None:
+            series_latency.setdefault(name + " p50", []).append((cell.concurrency, cell.summary.latency_p50_s))
+            series_latency.setdefault(name + " p90", []).append((cell.concurrency, cell.summary.latency_p90_s))
+        if cell.summary.throughput_per_min is not None:
+            series_throughput.setdefault(name, []).append((cell.concurrency, cell.summary.throughput_per_min))
+    figures = {
+        "latency_vs_concurrency.png": plots.versus_concurrency(series_latency, "latency (s)", "Latency vs concurrency"),
+        "throughput_vs_concurrency.png": plots.versus_concurrency(
+            series_throughput, "videos / min", "Throughput vs concurrency"
+        ),
+    }
+    last = cells[-1] if cells else None
+    if last is not None:
+        origin = min(v.timings.created for v in last.views)
+        rows = [
+            plots.TimelineRow(
+                label=f"{i}",
+                start_s=(v.timings.sent or origin) - origin,
+                queue_s=v.timings.queue_wait_s or 0.0,
+                inference_s=v.timings.inference_s or 0.0,
+                other_s=max(0.0, (v.timings.downloaded or 0) - (v.timings.completed or 0))
+                if v.timings.downloaded
+                else 0,
+                failed=v.state is not RequestState.DONE,
+            )
+            for i, v in enumerate(sorted(last.views, key=lambda v: v.timings.sent or 0))
+        ]
+        figures["request_timeline.png"] = plots.request_timeline(rows)
+    paths = []
+    for name, figure in figures.items():
+        figure.savefig(out / name)
+        paths.append(out / name)
+    return paths
+
+
+# (cell label, requests finished in the cell, requests in the cell)
+ProgressCallback = Callable[[str, int, int], None]
+# A stage of a fleet bench in a few words: "2x1 base: starting 2 replicas"
+StageCallback = Callable[[str], None]
+
+
+def cell_grid(config: BenchConfig) -> list[tuple[str, bool, int]]:
+    return [(t, g, c) for t in config.tiers for g in config.guardrails for c in config.concurrencies]
+
+
+def cell_label(tier: str, guardrails: bool, concurrency: int) -> str:
+    return f"{tier} guard={'on' if guardrails else 'off'} c={concurrency}"
+
+
+async def _run_cells(
+    pool: EndpointPool,
+    store: OutputStore,
+    settings: StudioSettings,
+    config: BenchConfig,
+    on_progress: ProgressCallback,
+    fleet: Fleet | None = None,
+) -> list[CellResult]:
+    cells: list[CellResult] = []
+    for tier, guard, concurrency in cell_grid(config):
+        label = cell_label(tier, guard, concurrency)
+        label, done = (f"{fleet.label} · {label}" if fleet else label), 0
+        on_progress(label, 0, config.requests)
+
+        def advance(label: str = label) -> None:
+            nonlocal done
+            done += 1
+            on_progress(label, done, config.requests)
+
+        cells.append(await run_cell(pool, store, config, tier, guard, concurrency, settings, advance, fleet))
+    return cells
+
+
+def _environment(started: float) -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "started": started,
+        "finished": time.time(),
+    }
+
+
+def _write_report(out: Path, report: dict[str, Any], cells: list[CellResult]) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    write_csv(out / "requests.csv", report["requests"])
+    write_csv(out / "summary.csv", report["cells"])
+    write_plots(out, cells)
+
+
+async def bench_pool(
+    pool: EndpointPool,
+    store: OutputStore,
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+) -> dict[str, Any]:
+    """Every cell of the grid on the endpoints of `pool`, then report.json, the CSVs and the plots in `out`.
+    The page's Bench view runs this on the studio's endpoints; `omni-studio bench --url` on the servers given."""
+    out.mkdir(parents=True, exist_ok=True)
+    # The model the servers serve, as they name it (a remote server's is not the settings' default).
+    served = await asyncio.to_thread(pool.served_models)
+    started = time.time()
+    cells = await _run_cells(pool, store, settings, config, on_progress)
+    report = {
+        "config": {
+            **config.model_dump(mode="json"),
+            "engine": settings.engine,
+            "model": ", ".join(served) or settings.model,
+            "endpoints": [ep.url for ep in pool.endpoints],
+        },
+        "environment": _environment(started),
+        # Where a figure is missing on purpose, the report says why.
+        "notes": [LATENCY_ONLY] if settings.engine == COSMOS_FRAMEWORK else [],
+        "cells": [cell.row() for cell in cells],
+        "requests": request_rows(cells),
+        "recommendation": recommendation(cells, config.slo_s),
+    }
+    _write_report(out, report, cells)
+    return report
+
+
+def _pool(settings: StudioSettings, urls: list[str]) -> EndpointPool:
+    return EndpointPool.from_urls(
+        urls,
+        api_key=settings.api_key_value(),
+        client_class=client_class_for(settings.engine),
+        http_timeout_s=settings.http_timeout_s,
+        poll_interval_s=settings.poll_interval_s,
+    )
+
+
+async def _bench_fleet(
+    fleet: Fleet,
+    store: OutputStore,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+    on_stage: StageCallback,
+) -> tuple[dict[str, Any], list[CellResult]]:
+    """One fleet: start it, warm every replica, run the cells, stop it (whatever happens)."""
+    replicas = fleet.layout.replicas
+    on_stage(f"{fleet.label}: starting {replicas} replica{'s' * (replicas != 1)}")
+    record: dict[str, Any] = fleet.describe()
+    try:
+        servers: list[ManagedServer] = await asyncio.to_thread(start_fleet, fleet, out / "logs" / fleet.slug)
+    except (ServerStartError, LaunchError) as exc:
+        on_stage(f"{fleet.label}: did not start: {exc}")
+        return {**record, "error": str(exc)}, []
+    try:
+        record.update(
+            endpoints=[server.base_url for server in servers],
+            startup_s=[server.status().startup_s for server in servers],
+            commands=[server.status().command for server in servers],
+        )
+        pool = _pool(fleet.settings, record["endpoints"])
+        try:
+            async with pool.health_watched():
+                record["model"] = ", ".join(await asyncio.to_thread(pool.served_models)) or fleet.settings.model
+                on_stage(f"{fleet.label}: warming every replica")
+                await warm_fleet(pool, store, config, fleet.settings, replicas)
+                cells = await _run_cells(pool, store, fleet.settings, config, on_progress, fleet)
+        finally:
+            await pool.close()
+    finally:
+        on_stage(f"{fleet.label}: stopping")
+        await asyncio.to_thread(stop_fleet, servers)
+    return record, cells
+
+
+def compare_fleets(cells: list[CellResult], slo_s: float | None) -> tuple[dict[str, Any], list[Recommendation]]:
+    """The comparison of fleets, as report keys: rows marked with their Pareto membership, the Pareto set and
+    one recommendation per tier; and the recommendations themselves."""
+    rows = [cell.row() for cell in cells]
+    pareto = fronts(rows)
+    members = {id(row) for front in pareto.values() for row in front}
+    for row in rows:
+        row["pareto"] = id(row) in members
+    chosen = recommend(rows, slo_s)
+    parts = {
+        "cells": rows,
+        "pareto": {group: [cell_name(row) for row in front] for group, front in pareto.items()},
+        "recommendations": [choice.as_dict() for choice in chosen],
+        "recommendation": [choice.line() for choice in chosen],
+    }
+    return parts, chosen
+
+
+async def bench_fleets(
+    fleets: list[Fleet],
+    store: OutputStore,
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    on_progress: ProgressCallback,
+    on_stage: StageCallback,
+) -> dict[str, Any]:
+    """Every cell on each fleet in turn, then the report, the CSVs, the plots and the Pareto plot in `out`.
+    A fleet that does not start is reported and skipped; where none starts, ServerStartError says why for each."""
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    records: list[dict[str, Any]] = []
+    cells: list[CellResult] = []
+    for fleet in fleets:
+        record, fleet_cells = await _bench_fleet(fleet, store, config, out, on_progress, on_stage)
+        records.append(record)
+        cells.extend(fleet_cells)
+    if not cells:
+        raise ServerStartError(
+            "no fleet of the bench started: " + "; ".join(r["label"] + ": " + r["error"] for r in records)
+        )
+    parts, chosen = compare_fleets(cells, config.slo_s)
+    report = {
+        "config": {
+            **config.model_dump(mode="json"),
+            "engine": settings.engine,
+            "model": next((r["model"] for r in records if r.get("model")), settings.model),
+        },
+        "environment": _environment(started),
+        "fleets": records,
+        **parts,
+        "requests": request_rows(cells),
+    }
+    _write_report(out, report, cells)
+    pareto_figure(parts["cells"], chosen, config.slo_s).savefig(out / PARETO_PLOT)
+    return report
+
+
+async def run_bench(
+    settings: StudioSettings,
+    config: BenchConfig,
+    out: Path,
+    console: Console | None = None,
+    fleets: list[Fleet] | None = None,
+) -> dict[str, Any]:
+    """`omni-studio bench`: each fleet (layout x variant; by default --replicas x --tp as set) in turn, or the
+    --url servers as they are. `fleets`: planned already (plan_bench), else planned here."""
+    console = console or Console(stderr=True, soft_wrap=True)
+    out.mkdir(parents=True, exist_ok=True)
+    store = OutputStore(out / "outputs")
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            tasks: dict[str, Any] = {}
+
+            def on_progress(label: str, done: int, total: int) -> None:
+                if label not in tasks:
+                    tasks[label] = progress.add_task(label, total=total)
+                progress.update(tasks[label], completed=done)
+
+            if settings.engine in URL_ENGINES:
+                if not settings.remote_urls:
+                    raise ValueError(f"{settings.engine} engine: give at least one --url")
+                if config.layouts or config.variants:
+                    raise ValueError("layouts and variants are fleets the bench starts; --url servers run already")
+                pool = _pool(settings, [server_root(url) for url in settings.remote_urls])
+                try:
+                    async with pool.health_watched():
+                        return await bench_pool(pool, store, settings, config, out, on_progress)
+                finally:
+                    await pool.close()
+            fleets = fleets if fleets is not None else plan_bench(settings, config)
+            return await bench_fleets(fleets, store, settings, config, out, on_progress, console.print)
+    finally:
+        store.close()

@@ -1,0 +1,142 @@
+"""Every request of this studio session in one place: the page's table, gallery, figures and cancel.
+
+Fed by the runs' listeners (on the event loop that runs them); read by the page's timer. A version counter
+lets readers skip work when nothing changed. Readers pass a visitor to see only theirs (None: everyone's, for
+operators); cancelling another visitor's request takes an operator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from studio.backend.request_state import RequestState, RequestView
+from studio.backend.runs import Run
+from studio.backend.stats import LatencySummary, summarize
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+
+
+class NotYours(PermissionError):
+    """A visitor tried to act on another visitor's request."""
+
+
+def _server_s(view: RequestView) -> float | None:
+    """What a request took at its server: its inference time, or where the server cannot tell it apart from its
+    queue (one that answers only once the video is made), its latency."""
+    return view.timings.inference_s or view.timings.latency_s
+
+
+def _theirs(view: RequestView, visitor: Visitor | None) -> bool:
+    return visitor is None or view.visitor_id == visitor.id
+
+
+@dataclass(frozen=True)
+class Progress:
+    percent: float
+    eta_s: float | None
+    estimated: bool  # True where the server gives no real progress and the studio estimates it
+
+
+class RequestBoard:
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self.version = 0
+        self.finished_order: list[RequestView] = []  # in the order they finished
+        self._inference_by_shape: dict[tuple, list[float]] = defaultdict(list)
+
+    def add_run(self, run: Run) -> None:
+        run.add_listener(self._on_update)
+        self.runs.append(run)
+        self.version += 1
+
+    def _on_update(self, view: RequestView) -> None:
+        self.version += 1
+        if view.state.finished and view not in self.finished_order:
+            self.finished_order.append(view)
+            if view.state is RequestState.DONE and _server_s(view):
+                self._inference_by_shape[view.shape_key].append(_server_s(view))
+
+    # ---- reading -----------------------------------------------------------------------------------
+    def views(self, visitor: Visitor | None = None) -> list[RequestView]:
+        """Newest first."""
+        return [view for run in reversed(self.runs) for view in run.views if _theirs(view, visitor)]
+
+    def active(self, visitor: Visitor | None = None) -> list[RequestView]:
+        return [view for view in self.views(visitor) if not view.state.finished]
+
+    def done_newest_first(self, visitor: Visitor | None = None) -> list[RequestView]:
+        return [
+            view for view in reversed(self.finished_order) if view.state is RequestState.DONE and _theirs(view, visitor)
+        ]
+
+    def unsent(self, visitor: Visitor | None = None) -> list[RequestView]:
+        """Requests waiting in the studio, not yet sent to a server."""
+        return [view for view in self.views(visitor) if view.state is RequestState.WAITING]
+
+    def recent_inference_s(self, last: int = 20) -> list[float]:
+        """Inference times of the requests done last, all visitors together: what the next ones may take."""
+        done = [v for v in reversed(self.finished_order) if v.state is RequestState.DONE and _server_s(v)]
+        return [_server_s(view) for view in done[:last]]
+
+    def find(self, request_id: str) -> tuple[Run, RequestView] | None:
+        for run in self.runs:
+            for view in run.views:
+                if view.id == request_id or view.id.endswith(request_id):
+                    return run, view
+        return None
+
+    def summary(self, visitor: Visitor | None = None, slo_s: float | None = None) -> LatencySummary:
+        return summarize([view.sample() for view in self.views(visitor) if view.state.finished], slo_s)
+
+    def throughput_series(self, bucket_s: float = 10.0, visitor: Visitor | None = None) -> list[tuple[float, float]]:
+        """(seconds since the first request, videos per minute in that bucket)."""
+        done = [
+            v for v in self.finished_order if v.state is RequestState.DONE and v.finished_at and _theirs(v, visitor)
+        ]
+        if not done:
+            return []
+        start = min(v.timings.created for v in self.views(visitor))
+        buckets: dict[int, int] = defaultdict(int)
+        for view in done:
+            buckets[int((view.finished_at - start) // bucket_s)] += 1
+        last = max(buckets)
+        return [(i * bucket_s, buckets.get(i, 0) * 60.0 / bucket_s) for i in range(last + 1)]
+
+    def progress(self, view: RequestView, now: float | None = None) -> Progress:
+        """Real progress where the server reports it; else an estimate from finished requests of the same shape."""
+        now = now or time.time()
+        if view.state.finished:
+            return Progress(100.0 if view.state is RequestState.DONE else view.progress, None, False)
+        if view.server_progress_is_real or view.state is not RequestState.RUNNING:
+            return Progress(view.progress, view.eta_s, False)
+        history = self._inference_by_shape.get(view.shape_key)
+        started = view.timings.first_running
+        if not history or started is None:
+            return Progress(view.progress, None, True)
+        expected = sum(history) / len(history)
+        running_for = now - started
+        percent = min(99.0, 100.0 * running_for / expected) if expected > 0 else 0.0
+        return Progress(percent, max(0.0, expected - running_for), True)
+
+    # ---- control -----------------------------------------------------------------------------------
+    def cancel(self, request_id: str, by: Visitor = LOCAL_OPERATOR) -> bool:
+        """Cancel one request; raises NotYours where it is another visitor's and `by` is no operator."""
+        found = self.find(request_id)
+        if not found:
+            return False
+        run, view = found
+        if not (by.operator or view.visitor_id == by.id):
+            raise NotYours(f"request {request_id!r} is not yours to cancel")
+        return run.cancel(view.id)
+
+    def cancel_all(self, by: Visitor = LOCAL_OPERATOR, everyone: bool = False) -> int:
+        """Cancel `by`'s unfinished requests; an operator may cancel `everyone`'s."""
+        mine_only = not (everyone and by.operator)
+        return sum(
+            run.cancel_all() for run in self.runs if not run.finished and not (mine_only and run.visitor.id != by.id)
+        )
+
+    def cancel_unsent(self, visitor: Visitor) -> int:
+        """Cancel the visitor's requests not yet sent to a server; those sent carry on."""
+        return sum(run.cancel_unsent() for run in self.runs if not run.finished and run.visitor.id == visitor.id)

@@ -1,0 +1,448 @@
+"""The studio's back end as one object: the engine it manages (or the servers it attaches to), the
+endpoint pool, the output store and the runs. The CLI and the page both drive this; it imports no UI.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from tenacity import AsyncRetrying, retry_if_result, wait_fixed
+
+from studio import tiers
+from studio.backend.board import RequestBoard
+from studio.backend.client import load_sdk, server_root
+from studio.backend.engines import client_class_for
+from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
+from studio.backend.fleet import layout_label, managed_fleet, plan_fleet
+from studio.backend.recovery import leftovers_to_follow
+from studio.backend.router import EndpointPool
+from studio.backend.runs import Run
+from studio.backend.spec import RunSpec
+from studio.backend.store import OutputStore
+from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus
+from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
+from studio.config import StudioSettings
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DEFAULT_FRAMES = 33
+HOUR_S = 3600.0
+# The page's field and the CLI's flag that give remote servers: a message about them names both.
+REMOTE_URLS_WHERE = "the Server tab's 'Remote URLs', or --url"
+
+
+# What the operator may change while the studio serves: how visitors share the servers.
+SHARING_FIELDS = (
+    "in_flight_slots",
+    "visitor_max_in_flight",
+    "visitor_max_queued",
+    "visitor_max_videos_per_hour",
+    "cancel_unsent_on_close",
+)
+
+
+class StudioController:
+    def __init__(
+        self,
+        settings: StudioSettings,
+        store: OutputStore | None = None,
+        server: ManagedServer | None = None,
+    ):
+        """`store` and `server`: ones the caller made already (the CLI starts the engine before it imports
+        the rest of the studio); by default the controller makes its own fleet from the settings."""
+        self.settings = settings
+        self.store = store or OutputStore(Path(settings.outputs_dir))
+        # The managed replicas (one unless settings.replicas says more), each on its own GPUs and port.
+        self.servers: list[ManagedServer] = [server] if server is not None else []
+        self.layout: str | None = None  # "2 x TP4 on GPUs 0-7", once the fleet is planned
+        self.pool: EndpointPool | None = None
+        self.board = RequestBoard()
+        # One dispatcher for every run: the studio's in-flight slots, shared fairly across visitors.
+        self.dispatcher = FairShare(self._slot_count(len(settings.remote_urls) or 1), settings.visitor_max_in_flight)
+        self.open_pages = OpenPages()  # whose pages are open: the last one closing cancels what they had not sent
+        self.served_model: str | None = None  # what the servers say they serve (GET /v1/models), once attached
+        self._lock = threading.Lock()
+        self._starter: threading.Thread | None = None
+        self.start_error: str | None = None
+        lost = self.store.mark_unfinished_lost()
+        if lost:
+            log.warning("%d requests of an earlier studio never reached a server; marked lost", lost)
+        # What an earlier studio left at servers, read before this one sends anything: followed up later
+        # (resume_unfinished), never mixed with this studio's own requests in flight by then.
+        self._leftovers = self.store.resumable()
+        self._resumed = False
+        self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
+        self.auto_restart_note: str | None = None  # the last auto-restart, for the page
+        if server is not None:
+            server.on_exit(self._server_exited)
+
+    @property
+    def server(self) -> ManagedServer | None:
+        """The first replica: the one server of a studio that runs one."""
+        return self.servers[0] if self.servers else None
+
+    @property
+    def managed(self) -> bool:
+        return self.settings.engine in ("embedded", "vllm-omni")
+
+    def _slot_count(self, servers: int) -> int:
+        return self.settings.in_flight_slots or SLOTS_PER_SERVER * servers
+
+    def start(self, wait: bool = True) -> None:
+        """Start the managed server (or attach to remote ones) and build the endpoint pool. The SDK client is
+        warmed meanwhile, so that the first request does not count its import as queue wait."""
+        self.start_error = None
+        with self._lock:
+            if self.managed:
+                if not self.servers and self.settings.cluster == "ray":
+                    # Imported here: Ray is an optional extra, and a studio on one machine never loads it.
+                    from studio.backend.ray_fleet import ray_fleet, ray_layout_label
+
+                    self.layout = ray_layout_label(self.settings)
+                    self.servers = ray_fleet(self.settings, self.store.logs_dir)
+                    for replica in self.servers:
+                        replica.on_exit(self._server_exited)
+                elif not self.servers:
+                    plan = plan_fleet(self.settings)
+                    self.layout = layout_label(self.settings, plan)
+                    self.servers = managed_fleet(self.settings, self.store.logs_dir, plan)
+                    for replica in self.servers:
+                        replica.on_exit(self._server_exited)
+                servers = list(self.servers)
+            else:
+                if not self.settings.remote_urls:
+                    raise ValueError(f"remote engine: give at least one server URL ({REMOTE_URLS_WHERE})")
+                load_sdk()
+                self._attach([server_root(url) for url in self.settings.remote_urls])
+                return
+        # Side by side: every replica is on its way before the studio waits for the first.
+        for server in servers:
+            if server.state not in (ServerState.STARTING, ServerState.READY):  # else started by the caller
+                server.start(wait=False)
+        load_sdk()  # while the servers start: the two share no work
+        if wait:
+            for server in servers:
+                server.wait_ready()
+        self._attach([server.base_url for server in servers])
+
+    def _attach(self, urls: list[str]) -> None:
+        pool = EndpointPool.from_urls(
+            urls, client_class=client_class_for(self.settings.engine), **self._client_options()
+        )
+        self.dispatcher.set_slots(self._slot_count(len(urls)))
+        self.served_model = next(iter(pool.served_models()), None)
+        self.pool = pool
+
+    def _client_options(self) -> dict:
+        return {
+            "api_key": self.settings.api_key_value(),
+            "http_timeout_s": self.settings.http_timeout_s,
+            "poll_interval_s": self.settings.poll_interval_s,
+        }
+
+    def start_in_background(self) -> None:
+        """Start once, off the caller's thread (the page stays usable and shows the engine starting)."""
+        with self._lock:
+            if self._starter is not None:
+                return
+            self._starter = threading.Thread(target=self._start_logged, name="engine-start", daemon=True)
+            self._starter.start()
+
+    def _start_logged(self) -> None:
+        try:
+            self.start()
+        except Exception as exc:  # shown in the page through server_status / start_error
+            self.start_error = str(exc)
+            log.error("engine start failed: %s", exc)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        with self._lock:
+            self._starter = None  # a later start_in_background starts again
+
+    def restart(self) -> None:
+        self.stop()
+        self.start_error = None
+        self.start()
+
+    def apply_settings(self, settings: StudioSettings) -> None:
+        """New engine settings: they take effect on the next start (the server is rebuilt)."""
+        self.stop()
+        with self._lock:
+            self.settings = settings
+            self.servers = []
+            self.layout = None
+            self.pool = None
+            self.served_model = None
+            self.start_error = None
+            self._starter = None
+            self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
+
+    def apply_sharing(self, **values: object) -> StudioSettings:
+        """New sharing settings (slots, per-visitor limits, cancel on close): checked like the flags, and in effect
+        at once, for the requests already waiting too; the servers keep running. Raises ValidationError."""
+        unknown = set(values) - set(SHARING_FIELDS)
+        if unknown:
+            raise ValueError(f"not a sharing setting: {', '.join(sorted(unknown))}")
+        settings = StudioSettings.model_validate({**self.settings.model_dump(), **values})
+        with self._lock:
+            self.settings = settings
+            self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
+            self.dispatcher.set_slots(self._slot_count(len(self.pool.endpoints) if self.pool else 1))
+        return settings
+
+    def set_auto_restart(self, on: bool) -> None:
+        """Takes effect at once, for the runs under way too."""
+        self.settings = self.settings.model_copy(update={"auto_restart": bool(on)})
+        for run in self.board.runs:
+            if not run.finished:
+                run.resubmit_unstarted = self.managed and bool(on)
+
+    def engine_summary(self) -> str:
+        """One line for the page: which engine, and whether it can take work."""
+        serving = f", serving {self.served_model}" if self.served_model else ""
+        if not self.managed:
+            urls = ", ".join(self.settings.remote_urls)
+            return f"remote servers: {urls}{serving}" if self.pool else "remote servers: not attached"
+        if self.start_error:
+            return f"{self.settings.engine} engine failed to start: {self.start_error}"
+        if len(self.servers) > 1:
+            states = [server.state for server in self.servers]
+            ready = states.count(ServerState.READY)
+            others = ", ".join(
+                f"{states.count(state)} {state}"
+                for state in ServerState
+                if state in states and state is not ServerState.READY
+            )
+            return (
+                f"{self.settings.engine} engine: {self.layout}: {ready} of {len(states)} ready"
+                + (f" ({others})" if others else "")
+                + serving
+            )
+        status = self.server_status()
+        if status is None:
+            return f"{self.settings.engine} engine: not started"
+        if status.state is ServerState.STARTING:
+            return f"{self.settings.engine} engine: starting ({status.starting_for_s or 0:.0f} s)"
+        if status.state is ServerState.READY:
+            return (
+                f"{self.settings.engine} engine: ready at {status.url}{serving} "
+                f"(started in {status.startup_s or 0:.1f} s)"
+            )
+        return f"{self.settings.engine} engine: {status.state} {status.message}"
+
+    def server_status(self) -> ServerStatus | None:
+        return self.server.status() if self.server else None
+
+    # ---- one replica of the fleet ------------------------------------------------------------------
+    def replica(self, index: int) -> ManagedServer:
+        if not 0 <= index < len(self.servers):
+            raise ValueError(f"no replica {index}: this studio runs {len(self.servers)} (0 to {len(self.servers) - 1})")
+        return self.servers[index]
+
+    def _take_out(self, index: int, reason: str) -> ManagedServer:
+        """Before a replica goes down on purpose: no new work for it, what it runs fails with the reason, and
+        what it only queued is sent to the other replicas (or waits for it, where none is up)."""
+        server = self.replica(index)
+        if self.pool is not None and server.port:
+            self.pool.mark_exited(server.base_url)
+            for run in self.board.runs:
+                if not run.finished:
+                    run.fail_endpoint_threadsafe(server.base_url, f"replica {index} {reason}", started_only=True)
+        return server
+
+    def stop_replica(self, index: int) -> None:
+        """Stop one replica; the rest of the fleet keeps serving."""
+        self._take_out(index, "was stopped by an operator").stop()
+
+    def restart_replica(self, index: int) -> None:
+        """Start one replica again (on its port where free) and give it work once it answers."""
+        server = self._take_out(index, "was restarted by an operator")
+        url = server.base_url if server.port else None
+        server.restart(wait=True, same_port=True)
+        if self.pool is None:
+            return
+        if url and server.base_url != url:
+            self.pool.replace_url(url, server.base_url, **self._client_options())
+        self.pool.mark_restarted(server.base_url, ok=True)
+
+    def default_frames(self, tier: str) -> int:
+        """Frames when the user gives none: the setting, else the tier's Cosmos 3 default (189). The embedded
+        engine runs on CPU by default, where a short clip (33 frames) keeps the first video quick."""
+        if self.settings.default_frames is not None:
+            return self.settings.default_frames
+        return EMBEDDED_DEFAULT_FRAMES if self.settings.engine == "embedded" else tiers.DEFAULT_FRAMES[tier]
+
+    @property
+    def starting(self) -> bool:
+        """The engine is on its way up (or about to be): worth waiting for."""
+        if self.start_error is not None:
+            return False
+        if self._starter is not None and self._starter.is_alive():
+            return True  # a start under way, also of servers that are still stopped from before
+        if self.managed:
+            states = [server.state for server in self.servers]
+            if ServerState.READY in states:
+                return self.pool is None
+            return not states or ServerState.STARTING in states
+        return self.pool is None
+
+    async def wait_until_ready(self, poll_s: float = 0.5) -> None:
+        """Start if needed and wait while the engine starts; returns when ready or when starting failed."""
+        self.start_in_background()
+        waiting = AsyncRetrying(retry=retry_if_result(lambda starting: starting), wait=wait_fixed(poll_s))
+        await waiting(lambda: self.starting)
+
+    def ready(self) -> bool:
+        if not self.managed:
+            return self.pool is not None
+        # A fleet takes work while any replica does: the router sends it there.
+        return self.pool is not None and any(server.state is ServerState.READY for server in self.servers)
+
+    def new_run(self, spec: RunSpec, visitor: Visitor = LOCAL_OPERATOR) -> Run:
+        """A run of `visitor`'s, on the board (the caller starts it). Raises VisitorLimitExceeded where it would
+        take the visitor past one of their limits."""
+        if self.pool is None or not self.ready():
+            state = self.server.status().message if self.server else "not started"
+            raise RuntimeError(f"the engine is not ready ({state})")
+        if not visitor.operator:
+            self._check_limits(visitor, len(spec.prompts) * spec.copies)
+        run = Run(
+            spec,
+            self.pool,
+            self.store,
+            request_timeout_s=self.settings.request_timeout_s,
+            resubmit_unstarted=self.managed and self.settings.auto_restart,
+            restart_wait_s=self.settings.init_timeout_s,
+            visitor=visitor,
+            dispatcher=self.dispatcher,
+            server_wait_s=self.settings.server_wait_s,
+        )
+        self.board.add_run(run)
+        return run
+
+    def _check_limits(self, visitor: Visitor, requests: int) -> None:
+        queued, limit = len(self.board.unsent(visitor)), self.settings.visitor_max_queued
+        if queued + requests > limit:
+            raise VisitorLimitExceeded(
+                f"at most {limit} queued requests per visitor; you have {queued} queued and asked for {requests} more"
+            )
+        hourly = self.settings.visitor_max_videos_per_hour
+        if hourly is not None:
+            made = self.store.requests_since(visitor.id, time.time() - HOUR_S)
+            if made + requests > hourly:
+                raise VisitorLimitExceeded(
+                    f"at most {hourly} videos per hour per visitor; you have asked for {made} in the last hour "
+                    f"and {requests} more now"
+                )
+
+    def cancel_unsent(self, visitor: Visitor) -> int:
+        """The visitor's requests not yet sent to a server are cancelled (their page closed); running ones finish."""
+        return self.board.cancel_unsent(visitor)
+
+    def page_opened(self, visitor: Visitor, page: str) -> None:
+        self.open_pages.opened(visitor, page)
+
+    def page_closed(self, visitor: Visitor, page: str) -> int:
+        """A page of the visitor's closed: where it was their last, what they had not yet sent is cancelled
+        (unless the operator turned that off). Returns how many requests were cancelled."""
+        last = self.open_pages.closed(visitor, page)
+        if not (last and self.settings.cancel_unsent_on_close):
+            return 0
+        return self.cancel_unsent(visitor)
+
+    def standing(self, visitor: Visitor) -> Standing:
+        """Where the visitor's work stands: theirs queued and at a server, others' ahead of it, and an ETA."""
+        queued = len(self.board.unsent(visitor))
+        in_flight = self.dispatcher.in_flight_by_visitor()
+        mine_in_flight = in_flight.pop(visitor.id, 0)
+        ahead = in_flight + self.dispatcher.served_before(visitor.id, queued)
+        ahead = +ahead  # visitors with nothing ahead drop out
+        recent = self.board.recent_inference_s()
+        eta_s = None
+        if recent:
+            servers = len(self.pool.endpoints) if self.pool else 1
+            eta_s = (sum(ahead.values()) + queued + mine_in_flight) * (sum(recent) / len(recent)) / servers
+        return Standing(queued, mine_in_flight, sum(ahead.values()), len(ahead), eta_s)
+
+    async def resume_unfinished(self) -> int:
+        """Follow up, by job id, what an earlier studio left at servers that still answer; the rest is
+        marked lost with the reason. Once per studio process."""
+        if self._resumed:
+            return 0
+        self._resumed = True
+        leftovers = await leftovers_to_follow(self.store, rows=self._leftovers, **self._client_options())
+        if leftovers is None:
+            return 0
+        pool, rows = leftovers
+        if rows:
+            run = Run.resume(rows, pool, self.store, request_timeout_s=self.settings.request_timeout_s)
+            self.board.add_run(run)
+            run.start()
+        return len(rows)
+
+    def _server_exited(self, server: ManagedServer) -> None:
+        """Called from the server's exit watcher when it dies on its own."""
+        tail = " | ".join(line for line in server.log_tail(5) if line.strip())
+        reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
+        url = server.base_url
+        restart = self._may_auto_restart()
+        others = self.pool is not None and self.pool.others_healthy(url)
+        if self.pool is not None:
+            self.pool.mark_exited(url)  # before anything else: no new work goes there
+            if restart:
+                self.pool.mark_restarting(url)  # requests now wait for it
+        for run in self.board.runs:
+            if not run.finished:
+                # With a restart coming, what the server only queued is sent again once it is back; with other
+                # replicas up, it is sent to them at once. What it had started fails with the reason.
+                run.fail_endpoint_threadsafe(url, reason, started_only=restart or others)
+        if restart:
+            threading.Thread(target=self._auto_restart, args=(server, reason), name="auto-restart", daemon=True).start()
+
+    def _may_auto_restart(self) -> bool:
+        """Auto-restart is on and has not been used up: at most max_auto_restarts within restart_window_s, so a
+        server that dies at every start is not restarted forever."""
+        if not (self.managed and self.settings.auto_restart):
+            return False
+        now = time.monotonic()
+        while self._auto_restarts and now - self._auto_restarts[0] > self.settings.restart_window_s:
+            self._auto_restarts.popleft()
+        if len(self._auto_restarts) >= self.settings.max_auto_restarts:
+            self.auto_restart_note = (
+                f"not restarted: {len(self._auto_restarts)} automatic restarts within "
+                f"{self.settings.restart_window_s:.0f} s already"
+            )
+            log.error("server crashed again; %s", self.auto_restart_note)
+            return False
+        self._auto_restarts.append(now)
+        return True
+
+    def _auto_restart(self, server: ManagedServer, reason: str) -> None:
+        url = server.base_url
+        log.warning("restarting the server after: %s", reason)
+        try:
+            server.restart(wait=True, same_port=True)
+        except Exception as exc:
+            self.auto_restart_note = f"automatic restart failed: {exc}"
+            log.error("%s", self.auto_restart_note)
+            if self.pool is not None:
+                self.pool.mark_restarted(url, ok=False)
+            return
+        if server.base_url != url and self.pool is not None:
+            # Its old port was taken meanwhile: the pool follows it to the new one.
+            self.pool.replace_url(url, server.base_url, **self._client_options())
+            url = server.base_url
+        self.auto_restart_note = f"restarted automatically at {time.strftime('%H:%M:%S')} after: {reason}"
+        log.info("server back at %s", url)
+        if self.pool is not None:
+            self.pool.mark_restarted(url, ok=True)
+
+    def close(self) -> None:
+        self.stop()
+        self.store.close()

@@ -1,0 +1,152 @@
+"""A node's GPUs as a fleet: K replicas of one server, each on its own group of GPUs (or, on a CPU machine,
+its own share of the cores), started side by side and watched one by one.
+
+A replica's width is what one request spreads over: tensor parallel x cfg parallel x ulysses degree. The GPUs
+come from --gpus, or from every GPU NVML finds; a layout the GPUs cannot hold is refused before anything
+starts, with what it needs and what there is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.backend.launchers import LaunchError, launch_for, parse_gpus, world_size
+from studio.backend.supervisor import ManagedServer
+from studio.config import StudioSettings
+
+
+def gpus_found() -> list[str]:
+    """Every GPU of this machine by NVML's index; none where there is no NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        return [str(index) for index in range(pynvml.nvmlDeviceGetCount())]
+    except pynvml.NVMLError:
+        return []
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def cpu_cores() -> int:
+    """The cores this process may use (its affinity, where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Replica:
+    index: int
+    gpus: list[str] | None  # None: no GPUs of its own (an embedded engine on the CPU)
+    settings: StudioSettings  # this replica's: its GPUs, its port, its threads
+
+
+def _uses_gpus(settings: StudioSettings, found: list[str]) -> bool:
+    if settings.engine == "vllm-omni":
+        return True
+    return settings.device == "cuda" or (settings.device == "auto" and bool(found))
+
+
+def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: int | None = None) -> list[Replica]:
+    """The replicas `settings` ask for (settings.replicas of width world_size), each with its GPUs. `found`:
+    the machine's GPUs (default: NVML's); `cores`: its cores (default: this process's). Raises LaunchError
+    where the GPUs cannot hold the layout."""
+    count, width = settings.replicas, world_size(settings)
+    found = gpus_found() if found is None else found
+    given = parse_gpus(settings.gpus)
+    pool = given if given is not None else found
+    # Where no GPU can be seen and none is named (a CPU machine, a test platform), the servers report for themselves.
+    if given is not None or (pool and _uses_gpus(settings, pool)):
+        need = count * width
+        if len(pool) < need:
+            where = f"--gpus {settings.gpus}" if given is not None else "this machine"
+            raise LaunchError(
+                f"{count} replica{'s' * (count != 1)} x {width} GPU{'s' * (width != 1)} each ({_degrees(settings)}) "
+                f"need {need} GPUs; {where} has {len(pool)}: lower --replicas or the width, or name the GPUs with "
+                "--gpus"
+            )
+        groups: list[list[str] | None] = [pool[i * width : (i + 1) * width] for i in range(count)]
+    else:
+        groups = [None] * count
+    threads = settings.engine_threads
+    if settings.engine == "embedded" and threads is None and count > 1 and groups[0] is None:
+        # Replicas on one CPU share its cores: each gets its part, or they steal each other's.
+        threads = max(1, (cores or cpu_cores()) // count)
+    replicas = []
+    for index, group in enumerate(groups):
+        update: dict[str, object] = {"replicas": 1, "engine_threads": threads}
+        if group is not None:
+            update["gpus"] = ",".join(group)
+        if settings.server_port is not None:
+            update["server_port"] = settings.server_port + index
+        replicas.append(Replica(index, group, settings.model_copy(update=update)))
+    return replicas
+
+
+def _degrees(settings: StudioSettings) -> str:
+    """What makes a replica's width, in words."""
+    parts = [
+        f"tensor parallel {settings.tensor_parallel_size}",
+        f"cfg parallel {settings.cfg_parallel_size}",
+        f"ulysses {settings.ulysses_degree}",
+    ]
+    if settings.engine == "vllm-omni" and (settings.ring_degree or 1) > 1:
+        parts.append(f"ring {settings.ring_degree}")
+    return " x ".join(parts)
+
+
+def _span(gpus: list[str]) -> str:
+    numbers = [int(g) for g in gpus]
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 1:
+        return f"{numbers[0]}-{numbers[-1]}"
+    return ",".join(gpus)
+
+
+def layout_label(settings: StudioSettings, replicas: list[Replica]) -> str:
+    """The layout in a few words: "2 x TP4 on GPUs 0-7", "1 x embedded on the CPU"."""
+    parts = []
+    if settings.tensor_parallel_size > 1 or settings.engine == "vllm-omni":
+        parts.append(f"TP{settings.tensor_parallel_size}")
+    if settings.cfg_parallel_size > 1:
+        parts.append(f"CFG{settings.cfg_parallel_size}")
+    if settings.ulysses_degree > 1:
+        parts.append(f"SP{settings.ulysses_degree}")
+    if settings.engine == "vllm-omni" and (settings.ring_degree or 1) > 1:
+        parts.append(f"RING{settings.ring_degree}")
+    shape = "x".join(parts) or settings.engine
+    gpus = [gpu for replica in replicas for gpu in (replica.gpus or [])]
+    where = f"on GPUs {_span(gpus)}" if gpus else "on the CPU"
+    threads = replicas[0].settings.engine_threads if replicas else None
+    if not gpus and settings.engine == "embedded" and threads:
+        where += f", {threads} thread{'s' * (threads != 1)} each"
+    return f"{len(replicas)} x {shape} {where}"
+
+
+def managed_fleet(settings: StudioSettings, logs_dir: Path, plan: list[Replica] | None = None) -> list[ManagedServer]:
+    """A managed server per replica of `plan` (default: plan_fleet's), not started: its own port, log, GPUs and
+    restarts."""
+    servers = []
+    for replica in plan if plan is not None else plan_fleet(settings):
+        suffix = "" if settings.replicas == 1 else f"-{replica.index}"
+        servers.append(
+            ManagedServer(
+                lambda port, s=replica.settings: launch_for(s, port),
+                port=replica.settings.server_port,
+                log_path=logs_dir / f"{settings.engine}-server{suffix}.log",
+                init_timeout_s=settings.init_timeout_s,
+                name=f"replica {replica.index}" if settings.replicas > 1 else None,
+                gpus=replica.gpus,
+            )
+        )
+    return servers

@@ -1,0 +1,166 @@
+"""One request of a run as the studio sees it: the states it goes through and the moves between them.
+
+    waiting ──send──> queued ──job in progress──> running ──job completed──> downloading ──> done
+       ^                 │
+       └────requeue──────┘  (its server lost the job before starting it: sent again)
+
+Any state but done may end in failed or cancelled. The moves only change the view; the run that makes them
+records each one (recorder.py) and tells its listeners.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from studio import tiers
+from studio.backend.client import RequestTimings
+from studio.backend.stats import RequestSample
+from studio.backend.visitors import LOCAL_OPERATOR
+from studio.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
+
+
+class RequestState(StrEnum):
+    WAITING = "waiting"  # in the studio, for a free slot
+    QUEUED = "queued"  # at the server, not started
+    RUNNING = "running"
+    DOWNLOADING = "downloading"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RequestState.DONE, RequestState.FAILED, RequestState.CANCELLED)
+
+
+@dataclass
+class RequestView:
+    """The studio's view of one request; what the page's table and the CLI show."""
+
+    id: str
+    run_id: str
+    position: int
+    request: VideoRequest
+    state: RequestState = RequestState.WAITING
+    progress: float = 0.0
+    job_id: str | None = None
+    endpoint: str | None = None
+    error: str | None = None
+    guardrail_blocked: bool = False
+    video_path: Path | None = None
+    sidecar_path: Path | None = None
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    server_progress_is_real: bool = False
+    finished_at: float | None = None
+    resubmissions: int = 0  # times it was sent again after its server restarted without having started it
+    visitor_id: str = LOCAL_OPERATOR.id  # whose request it is
+
+    # ---- what it is --------------------------------------------------------------------------------
+    @property
+    def tier(self) -> str | None:
+        return tiers.tier_of_size(self.request.width, self.request.height)
+
+    @property
+    def shape_key(self) -> tuple:
+        """Requests of one shape take about as long as each other: the key for estimates."""
+        r = self.request
+        return (r.width, r.height, r.num_frames, r.num_inference_steps, r.guidance_scale)
+
+    @property
+    def never_started(self) -> bool:
+        """At a server, and never seen running there: safe to send again if the server lost it."""
+        return self.state is RequestState.QUEUED and self.timings.first_running is None
+
+    @property
+    def elapsed_s(self) -> float:
+        """From its submit to its end (a cancelled or failed one stops counting when it ended), or to now."""
+        if not self.state.finished:
+            return time.time() - self.timings.created
+        end = self.timings.downloaded or self.finished_at or self.timings.completed or time.time()
+        return end - self.timings.created
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left, from real progress where the server reports it."""
+        if self.state is not RequestState.RUNNING or not self.server_progress_is_real or self.progress <= 0:
+            return None
+        started = self.timings.first_running or self.timings.accepted
+        if started is None:
+            return None
+        running_for = time.time() - started
+        return running_for * (100.0 - self.progress) / self.progress
+
+    def sample(self) -> RequestSample:
+        t = self.timings
+        return RequestSample(
+            state=str(self.state),
+            tier=self.tier,
+            created=t.created,
+            finished=self.finished_at,
+            latency_s=t.latency_s if self.state is RequestState.DONE else None,
+            queue_wait_s=t.queue_wait_s,
+            inference_s=t.inference_s,
+        )
+
+    def as_record(self) -> dict[str, Any]:
+        """The request as one flat record: what it asked, where it went, how it ended, and its timings (a row
+        of the bench's requests.csv)."""
+        return {
+            "id": self.id,
+            "position": self.position,
+            "prompt": self.request.prompt,
+            "size": self.request.size,
+            "num_frames": self.request.num_frames,
+            "seed": self.request.seed,
+            "state": str(self.state),
+            "progress": self.progress,
+            "job_id": self.job_id,
+            "endpoint": self.endpoint,
+            "error": self.error,
+            "guardrail_blocked": self.guardrail_blocked,
+            "resubmissions": self.resubmissions,
+            "video_path": str(self.video_path) if self.video_path else None,
+            **self.timings.as_dict(),
+        }
+
+    # ---- moves -------------------------------------------------------------------------------------
+    def send_to(self, endpoint_url: str) -> None:
+        """Sent to a server, where it waits its turn."""
+        self.endpoint, self.state = endpoint_url, RequestState.QUEUED
+
+    def accept(self, job_id: str) -> None:
+        """The server took it as this job."""
+        self.job_id = job_id
+
+    def track(self, record: JobRecord) -> None:
+        """A poll of its job: state and progress follow the job's."""
+        if record.status is JobStatus.IN_PROGRESS:
+            self.state = RequestState.RUNNING
+            if 0 < record.progress < 100:
+                self.server_progress_is_real = True
+        elif record.status is JobStatus.COMPLETED:
+            self.state = RequestState.DOWNLOADING
+        self.progress = float(record.progress)
+
+    def requeue(self) -> None:
+        """Its server lost the job before starting it: back to waiting in the studio, to be sent again."""
+        self.resubmissions += 1
+        self.job_id, self.endpoint, self.state, self.progress = None, None, RequestState.WAITING, 0.0
+        self.timings.sent = self.timings.accepted = self.timings.last_queued = None
+
+    def job_failure(self, record: JobRecord) -> str:
+        """The reason a job that ended without a video gives; notes whether the guardrail blocked it."""
+        error = record.error
+        message = (error.message if error else "") or f"job ended {record.status}"
+        self.guardrail_blocked = is_guardrail_block(message)
+        code = f" (HTTP {error.code})" if error and error.code else ""
+        return message + code
+
+    def finish(self, state: RequestState, error: str | None) -> None:
+        self.state, self.error, self.finished_at = state, error, time.time()
+        if state is RequestState.DONE:
+            self.progress = 100.0

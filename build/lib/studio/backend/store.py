@@ -1,0 +1,208 @@
+"""Where results live: mp4 + JSON sidecar per request under the outputs dir, and a SQLite history.
+
+A video counts as done only once its mp4 (validated) and its sidecar are on disk and its history row says
+so; only then is it shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from studio.backend.visitors import LOCAL_OPERATOR
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    spec TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS requests (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    position INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    prompt TEXT NOT NULL,
+    parameters TEXT NOT NULL,
+    state TEXT NOT NULL,
+    endpoint TEXT,
+    job_id TEXT,
+    error TEXT,
+    timings TEXT,
+    video_path TEXT,
+    sidecar_path TEXT,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS requests_run ON requests(run_id, position);
+"""
+# Added after the first release: a database without it gets it in place, its runs the local operator's.
+VISITOR_COLUMN = f"ALTER TABLE runs ADD COLUMN visitor TEXT NOT NULL DEFAULT '{LOCAL_OPERATOR.id}'"
+VISITOR_INDEX = "CREATE INDEX IF NOT EXISTS runs_visitor ON runs(visitor, created_at)"
+# Requests that count towards a visitor's videos per hour: all but those that ended without a video.
+UNCOUNTED_STATES = ("failed", "cancelled", "lost")
+
+
+@dataclass(frozen=True)
+class SavedVideo:
+    video_path: Path
+    sidecar_path: Path
+
+
+class OutputStore:
+    """The outputs dir and its history database. Thread-safe; one connection guarded by a lock."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.videos_dir = self.root / "videos"
+        self.logs_dir = self.root / "logs"
+        self.videos_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.root / "history.sqlite3", check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        with self._lock, self._db:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(SCHEMA)
+            columns = {row["name"] for row in self._db.execute("PRAGMA table_info(runs)")}
+            if "visitor" not in columns:
+                self._db.execute(VISITOR_COLUMN)
+            self._db.execute(VISITOR_INDEX)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def video_path_for(self, request_id: str, created_at: float) -> Path:
+        day = time.strftime("%Y-%m-%d", time.localtime(created_at))
+        return self.videos_dir / day / f"{request_id}.mp4"
+
+    # ---- history rows ------------------------------------------------------------------------------
+    def add_run(
+        self, run_id: str, spec: dict[str, Any], created_at: float, visitor_id: str = LOCAL_OPERATOR.id
+    ) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO runs (id, created_at, spec, visitor) VALUES (?, ?, ?, ?)",
+                (run_id, created_at, json.dumps(spec), visitor_id),
+            )
+
+    def add_request(
+        self, request_id: str, run_id: str, position: int, created_at: float, prompt: str, parameters: dict
+    ) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO requests (id, run_id, position, created_at, prompt, parameters, state, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?)",
+                (request_id, run_id, position, created_at, prompt, json.dumps(parameters), time.time()),
+            )
+
+    def update_request(self, request_id: str, **values: Any) -> None:
+        allowed = {"state", "endpoint", "job_id", "error", "timings", "video_path", "sidecar_path"}
+        unknown = set(values) - allowed
+        if unknown:
+            raise ValueError(f"unknown request columns: {sorted(unknown)}")
+        encoded = {
+            k: json.dumps(v) if isinstance(v, dict) else (str(v) if isinstance(v, Path) else v)
+            for k, v in values.items()
+        }
+        encoded["updated_at"] = time.time()
+        assignments = ", ".join(f"{name} = ?" for name in encoded)
+        with self._lock, self._db:
+            self._db.execute(f"UPDATE requests SET {assignments} WHERE id = ?", (*encoded.values(), request_id))
+
+    def request_row(self, request_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
+        return _decode(row) if row else None
+
+    def owner_of(self, run_or_request_id: str) -> str | None:
+        """The visitor whose run this is, or whose run this request is part of; None if history has no such id."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT visitor FROM runs WHERE id = ?"
+                " UNION ALL SELECT r.visitor FROM requests q JOIN runs r ON r.id = q.run_id WHERE q.id = ?",
+                (run_or_request_id, run_or_request_id),
+            ).fetchone()
+        return row["visitor"] if row else None
+
+    def run_requests(self, run_id: str, visitor_id: str | None = None) -> list[dict[str, Any]]:
+        """The requests of a run, in order; with `visitor_id`, only if the run is theirs (None: anyone's)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT q.* FROM requests q JOIN runs r ON r.id = q.run_id"
+                " WHERE q.run_id = ? AND (? IS NULL OR r.visitor = ?) ORDER BY q.position",
+                (run_id, visitor_id, visitor_id),
+            ).fetchall()
+        return [_decode(row) for row in rows]
+
+    def recent_runs(self, limit: int = 50, visitor_id: str | None = None) -> list[dict[str, Any]]:
+        """The newest runs with their requests counted by how they ended; with `visitor_id`, only theirs."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.id, r.created_at, r.spec, r.visitor, COUNT(q.id) AS requests,"
+                " SUM(q.state = 'done') AS done, SUM(q.state = 'failed') AS failed,"
+                " SUM(q.state = 'cancelled') AS cancelled"
+                " FROM runs r LEFT JOIN requests q ON q.run_id = r.id"
+                " WHERE ? IS NULL OR r.visitor = ?"
+                " GROUP BY r.id ORDER BY r.created_at DESC LIMIT ?",
+                (visitor_id, visitor_id, limit),
+            ).fetchall()
+        return [{**dict(row), "spec": json.loads(row["spec"])} for row in rows]
+
+    def requests_since(self, visitor_id: str, since: float) -> int:
+        """A visitor's requests made since `since` that did not end without a video (their videos per hour)."""
+        marks = ", ".join("?" for _ in UNCOUNTED_STATES)
+        with self._lock:
+            (count,) = self._db.execute(
+                "SELECT COUNT(*) FROM requests q JOIN runs r ON r.id = q.run_id"
+                f" WHERE r.visitor = ? AND q.created_at >= ? AND q.state NOT IN ({marks})",
+                (visitor_id, since, *UNCOUNTED_STATES),
+            ).fetchone()
+        return int(count)
+
+    def mark_unfinished_lost(self) -> int:
+        """At start-up: requests a previous studio left before any server took them are marked lost, never
+        silently dropped. Those a server accepted (they have a job id) are left for `resumable()`."""
+        with self._lock, self._db:
+            cursor = self._db.execute(
+                "UPDATE requests SET state = 'lost', error = 'the studio stopped before a server took this request',"
+                " updated_at = ? WHERE state IN ('waiting', 'queued', 'running', 'downloading') AND job_id IS NULL",
+                (time.time(),),
+            )
+        return cursor.rowcount
+
+    def resumable(self) -> list[dict[str, Any]]:
+        """Requests a previous studio left at a server (job id known), to be followed up by that id."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT q.*, r.visitor FROM requests q JOIN runs r ON r.id = q.run_id"
+                " WHERE q.state IN ('queued', 'running', 'downloading') AND q.job_id IS NOT NULL"
+                " ORDER BY q.created_at"
+            ).fetchall()
+        return [_decode(row) for row in rows]
+
+    # ---- files -------------------------------------------------------------------------------------
+    def write_sidecar(self, video_path: Path, sidecar: dict[str, Any]) -> Path:
+        """JSON next to the mp4, written atomically (tmp file, fsync, rename)."""
+        path = Path(video_path).with_suffix(".json")
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(sidecar, handle, indent=2, sort_keys=True, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+        return path
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    data = dict(row)
+    for key in ("parameters", "timings"):
+        if data.get(key):
+            data[key] = json.loads(data[key])
+    return data

@@ -1,0 +1,399 @@
+"""Settings of the studio and of its embedded engine, each declared once: its default, its bounds and its help.
+
+Read from flags, then env (OMNI_STUDIO_* / OMNI_STUDIO_ENGINE_*), then `.env`. The command-line flags are built
+from these fields (studio/cli/flags.py): a field's flag is its name in kebab case unless `json_schema_extra`
+names others under "flags"; a list takes one comma-separated value unless it says "repeat".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, StringConstraints, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from studio.protocol import InferenceSteps
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ASSETS_DIR = PROJECT_ROOT / "assets"
+# The project's own small text-to-video model (trained on procedural scenes; follows prompts of its grammar).
+SMALL_MODEL_DIR = ASSETS_DIR / "omni-small-t2v"
+# A tiny Wan pipeline with random weights: the same architecture as real Wan models (the GPU batching path and
+# the vLLM-Omni server run it), but it makes noise.
+TINY_WAN_DIR = ASSETS_DIR / "tiny-wan"
+DEFAULT_MODEL_DIR = SMALL_MODEL_DIR
+DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
+
+EngineMode = Literal["embedded", "vllm-omni", "remote", "cosmos-framework"]
+Cluster = Literal["local", "ray"]
+Device = Literal["auto", "cpu", "cuda"]
+# A value a vLLM-Omni lever passes on (a cache backend, a quantization method, an attention backend): a name, never
+# something the server's parser could read as a flag.
+ServerOptionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+# Words for "the server's own default" in a lever that names a choice: the lever is then not passed at all.
+SERVER_DEFAULT_WORDS = frozenset({"", "off", "none", "auto", "default"})
+
+
+def _flags(*names: str) -> dict[str, object]:
+    """The command-line names of a field, where its kebab-case name is not (or not only) the flag."""
+    return {"flags": names}
+
+
+class StudioSettings(BaseSettings):
+    """Everything a user can configure. CLI flags are passed as init values and win over env."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OMNI_STUDIO_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # Which engine makes the videos.
+    engine: EngineMode = Field(
+        default="embedded",
+        description="embedded (the studio's own engine), vllm-omni (a managed `vllm serve --omni`), "
+        "remote (vLLM-Omni servers that already run) or cosmos-framework (Cosmos Framework servers that already run)",
+    )
+    model: str = Field(default=str(DEFAULT_MODEL_DIR), description="model dir or hub id the managed server serves")
+    served_model_name: str | None = Field(
+        default=None, description="the name clients send as `model` (default: the model's dir name)"
+    )
+    remote_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="a running server, http://host:port or http://host:port/v1 (repeatable: the least busy "
+        "gets each request)",
+        json_schema_extra={**_flags("--url"), "repeat": True},
+    )
+    api_key: SecretStr | None = Field(
+        default=None, description="bearer key of the servers (better: env OMNI_STUDIO_API_KEY)"
+    )
+
+    # Embedded engine.
+    device: Device = Field(default="auto", description="the embedded engine's device")
+    engine_threads: int | None = Field(default=None, ge=1, description="torch CPU threads of each embedded engine")
+    blocklist: Path = Field(default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file")
+
+    # vLLM-Omni serve options.
+    vllm_executable: str = Field(
+        default="vllm", description="the `vllm` command, or the venv that has it", json_schema_extra=_flags("--vllm")
+    )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs per managed server (tensor parallel)",
+        json_schema_extra=_flags("--tp", "--tensor-parallel-size"),
+    )
+    cfg_parallel_size: int = Field(default=1, ge=1, le=2, description="classifier-free guidance parallel size")
+    ulysses_degree: int = Field(default=1, ge=1, description="Ulysses sequence parallel degree")
+    # More vLLM-Omni levers: each reaches `vllm serve` only when set, so the server's own default holds otherwise.
+    ring_degree: int | None = Field(
+        default=None,
+        ge=1,
+        description="Ring sequence parallel degree of a vLLM-Omni server (its GPUs multiply the width); "
+        "the embedded engine ignores it",
+    )
+    cache_backend: ServerOptionName | None = Field(
+        default=None,
+        description="diffusion cache of a vLLM-Omni server, e.g. tea_cache or cache_dit (default: off); "
+        "the embedded engine ignores it",
+        examples=["tea_cache", "cache_dit", "mag_cache", "sea_cache", "step_cache"],
+    )
+    quantization: ServerOptionName | None = Field(
+        default=None,
+        description="weight quantization of a vLLM-Omni server, e.g. fp8 (default: off, or what the model's config "
+        "says); the embedded engine ignores it",
+        examples=["fp8"],
+    )
+    diffusion_attention_backend: ServerOptionName | None = Field(
+        default=None,
+        description="attention backend of a vLLM-Omni server, e.g. FLASH_ATTN, SAGE_ATTN or TORCH_SDPA (default: "
+        "the server picks); the embedded engine ignores it (it picks its own fastest kernel)",
+        examples=["FLASH_ATTN", "TORCH_SDPA", "SAGE_ATTN", "SAGE_ATTN_3", "CUDNN_ATTN", "FLASHINFER_ATTN"],
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="a vLLM-Omni server runs the model eagerly, without torch.compile (a quicker start, slower "
+        "steps); the embedded engine ignores it",
+    )
+    vae_tiling: bool = Field(
+        default=False,
+        description="a vLLM-Omni server decodes videos tile by tile (less GPU memory at large sizes); "
+        "the embedded engine ignores it",
+    )
+    model_class_name: str | None = Field(
+        default=None, description="the diffusers pipeline class vLLM-Omni loads (when the model's config names none)"
+    )
+    init_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="seconds to wait for a managed server to be ready",
+        json_schema_extra=_flags("--init-timeout"),
+    )
+    guardrails: bool = Field(
+        default=True,
+        description="server-wide guardrails of a managed server",
+        json_schema_extra=_flags("--server-guardrails"),
+    )
+    log_stats: bool = Field(default=True, description="a managed vLLM-Omni server logs its statistics")
+    extra_serve_args: str = Field(
+        default="",
+        description='more `vllm serve` flags, one string, split like a shell would ("--a 1 --b")',
+        json_schema_extra=_flags("--serve-args"),
+    )
+    allow_risky_serve_args: bool = Field(
+        default=False,
+        description="confirm extra serve args that widen exposure (--host, --allowed-local-media-path)",
+    )
+    gpus: str | None = Field(
+        default=None, description="GPU indices for the managed server, e.g. 0,1,2,3 (sets CUDA_VISIBLE_DEVICES)"
+    )
+    docker_image: str = Field(default="vllm/vllm-omni:v0.30.0", description="the image `--docker` runs")
+    use_docker: bool = Field(
+        default=False, description="run `vllm serve` in NVIDIA's container", json_schema_extra=_flags("--docker")
+    )
+    hf_home: Path | None = Field(default=None, description="Hugging Face cache of a managed server (HF_HOME)")
+    server_port: int | None = Field(
+        default=None, ge=1, le=65535, description="port of a managed server (default: a free one)"
+    )
+    auto_restart: bool = Field(
+        default=False,
+        description="restart a managed server that crashes and send again what it had not started",
+    )
+    max_auto_restarts: int = Field(default=3, ge=0, description="restarts within restart_window_s before giving up")
+    restart_window_s: float = Field(default=600.0, gt=0, description="the window max_auto_restarts counts in")
+
+    # Client.
+    request_timeout_s: float = Field(default=3600.0, gt=0, description="give up on a job after this")
+    http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
+    poll_interval_s: float = Field(default=0.25, gt=0, description="seconds between two polls of a job")
+
+    # Beyond one machine: the fleet placed and supervised by Ray.
+    cluster: Cluster = Field(
+        default="local",
+        description="where the fleet's replicas run: local (this machine) or ray (Ray actors, on the nodes Ray "
+        "places them)",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="a running Ray cluster, host:6379 (default with --cluster ray: a local Ray on loopback)",
+    )
+    replicas_min: int | None = Field(
+        default=None, ge=1, description="with --cluster ray: the fewest replicas kept (default: --replicas)"
+    )
+    replicas_max: int | None = Field(
+        default=None, ge=1, description="with --cluster ray: the most replicas added under load (default: --replicas)"
+    )
+
+    # A fleet: servers of the model side by side, each with its own GPUs.
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="servers of the model side by side behind the studio's router, each on its own GPUs "
+        "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree, and x --ring-degree for vLLM-Omni, GPUs)",
+    )
+
+    # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
+    # Operators are held to none of the per-visitor limits.
+    in_flight_slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests at the servers at once, all visitors together; the rest wait in the studio and get "
+        "the free slots in turn, visitor by visitor (default: 8 per server)",
+    )
+    visitor_max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests one visitor may have at the servers at once (default: no limit beyond the slots)",
+    )
+    visitor_max_queued: int = Field(
+        default=64, ge=1, description="requests one visitor may have waiting in the studio, not yet sent"
+    )
+    visitor_max_videos_per_hour: int | None = Field(
+        default=None, ge=1, description="requests one visitor may make in an hour (default: no limit)"
+    )
+    cancel_unsent_on_close: bool = Field(
+        default=True,
+        description="when a visitor's page closes, cancel their requests not yet sent to a server "
+        "(those running finish)",
+    )
+    server_wait_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="how long a request waits for a server to come back when none is up, before it fails",
+        json_schema_extra=_flags("--server-wait"),
+    )
+
+    # Where results go.
+    outputs_dir: Path = Field(
+        default=Path("outputs"),
+        description="outputs dir (videos, sidecars, history, logs)",
+        json_schema_extra=_flags("--out"),
+    )
+
+    # The page.
+    host: str = Field(default="127.0.0.1", description="address the page binds")
+    port: int = Field(default=7860, ge=1, le=65535, description="port of the page")
+    share: bool = Field(default=False, description="a public link through Gradio's tunnel")
+    # Who is who: accounts of the page, which of them are operators, and whether strangers may generate.
+    auth: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="an account of the page, user:pass (repeatable); each account is its own visitor",
+        json_schema_extra={"repeat": True},
+    )
+    auth_file: Path | None = Field(
+        default=None, description="a file of accounts, one user:pass per line (# starts a comment)"
+    )
+    operators: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="a user who runs the servers and sees everyone's work (repeatable; default: the first --auth "
+        "user; on a Space, Hugging Face user names)",
+        json_schema_extra={**_flags("--operator"), "repeat": True},
+    )
+    allow_anonymous: bool = Field(
+        default=False,
+        description="let visitors who have not signed in generate, each browser its own visitor (never an operator)",
+    )
+    insecure: bool = Field(
+        default=False,
+        description="serve a non-loopback host or --share with no sign-in, every visitor an operator",
+    )
+    default_tier: Literal["256p", "480p", "720p"] = Field(default="256p", description="the page's tier at start")
+    default_frames: int | None = Field(default=None, ge=1, description="frames when none are given (tier default)")
+    default_steps: InferenceSteps | None = Field(default=None, description="steps when none are given")
+
+    @field_validator("remote_urls", "auth", "operators", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        # Env gives a string; accept "a,b" besides JSON.
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("cache_backend", "quantization", "diffusion_attention_backend", mode="before")
+    @classmethod
+    def _server_default(cls, value: object) -> object:
+        # "off", "auto" and the like (a form's first choice, an env value) mean: pass nothing, the server decides.
+        if isinstance(value, str) and value.strip().lower() in SERVER_DEFAULT_WORDS:
+            return None
+        return value.strip() if isinstance(value, str) else value
+
+    def api_key_value(self) -> str | None:
+        return self.api_key.get_secret_value() if self.api_key else None
+
+
+def load_settings(**overrides: object) -> StudioSettings:
+    """Settings with CLI overrides; None means "not given" and leaves env or default in place."""
+    return StudioSettings(**{key: value for key, value in overrides.items() if value is not None})
+
+
+# Warm-up sizes on a GPU when none are given: 256p and 480p at 16:9, 33 frames.
+DEFAULT_GPU_WARMUP = "320x192x33,832x480x33"
+
+
+class EngineSettings(BaseSettings):
+    """Settings of the embedded engine process (`python -m studio.engine`); flags win over env.
+
+    The API key and the sync timeout use vLLM-Omni's own variable names, so the same environment
+    configures either server.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OMNI_STUDIO_ENGINE_", extra="ignore", populate_by_name=True)
+
+    model: str = Field(
+        default=str(DEFAULT_MODEL_DIR), description="diffusers pipeline directory (or hub id where a network exists)"
+    )
+    served_model_name: str | None = Field(
+        default=None, description="the name clients send as `model` (default: the model's dir name)"
+    )
+    host: str = Field(default="127.0.0.1", description="address to bind")
+    port: int = Field(default=8000, ge=1, le=65535, description="port to listen on")
+    api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("VLLM_API_KEY", "api_key"),
+        description="require this bearer key on /v1 (better: env VLLM_API_KEY)",
+    )
+    device: Device = Field(default="auto", description="where the pipeline runs")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
+    guardrails: bool = Field(default=True, description="the text guardrail, server-wide")
+    blocklist: Path = Field(default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file")
+    output_dir: Path | None = Field(default=None, description="where finished mp4s are kept (default: a temp dir)")
+    default_steps: InferenceSteps = Field(default=35, description="steps when a request sends none")
+    default_guidance: float = Field(default=6.0, ge=0, le=20, description="guidance when a request sends none")
+    sync_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        validation_alias=AliasChoices("VLLM_OMNI_VIDEO_SYNC_TIMEOUT", "sync_timeout_s"),
+        description="longest a synchronous request waits for its video (env VLLM_OMNI_VIDEO_SYNC_TIMEOUT)",
+    )
+    max_kept_jobs: int = Field(default=1000, ge=1, description="finished jobs kept for polling and download")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="log verbosity")
+
+    # Batching and the GPU path (see studio/engine/jobs.py, generator.py and gpu_setup.py).
+    max_batch: int | None = Field(
+        default=None, ge=1, le=64, description="jobs of one shape per denoising loop (default: 8 on a GPU, 1 on CPU)"
+    )
+    batch_wait_ms: float = Field(
+        default=200.0,
+        ge=0,
+        le=10_000,
+        description="longest a queued job waits for partners of its shape (a tenth of it when nothing else runs)",
+    )
+    compile: Literal["auto", "off", "blocks", "full"] = Field(
+        default="auto", description="torch.compile of the transformer: its repeated blocks on a GPU by default"
+    )
+    compile_mode: str | None = Field(
+        default=None, description="torch.compile mode, e.g. max-autotune-no-cudagraphs (default: inductor's)"
+    )
+    attention_backend: str = Field(
+        default="auto", description="diffusers attention backend; auto: the fastest fused kernel measured at start"
+    )
+    cuda_graphs: bool = Field(
+        default=True, description="replay the transformer's forward as CUDA graphs at the warmed shapes (GPU only)"
+    )
+    fused_kernels: bool = Field(
+        default=True,
+        description="the engine's own kernels in a Wan transformer: GELU in the feed-forward's product, q/k "
+        "normalisation and rotary embedding in one pass, attention without layout copies (GPU only)",
+    )
+    tune_kernels: bool = Field(
+        default=True,
+        description="time the block sizes of the compiler's fused kernels as they compile: a longer first "
+        "start-up (cached after), slightly faster steps (GPU only)",
+    )
+    warmup: str | None = Field(
+        default=None,
+        description="WxHxF sizes run once before serving, comma-separated, so no request waits for a compile "
+        f"('' for none; default on a GPU: {DEFAULT_GPU_WARMUP}; none on CPU)",
+    )
+    encode_workers: int | None = Field(
+        default=None, ge=0, le=16, description="threads encoding mp4s beside the next batch (default: 8 on a GPU)"
+    )
+    text_cache_size: int = Field(default=64, ge=0, description="prompt embeddings kept for reuse")
+
+    # One request across several GPUs (the engine starts a process per GPU; it serves from the first).
+    cfg_parallel_size: int = Field(
+        default=1, ge=1, le=2, description="run each request's two guidance halves on two GPUs at once"
+    )
+    ulysses_degree: int = Field(
+        default=1,
+        ge=1,
+        description="split each request's tokens across this many GPUs (Ulysses; must divide the model's heads)",
+    )
+    parallel_start_timeout_s: float = Field(
+        default=900.0, gt=0, description="seconds the other GPUs' processes may take to join and load the model"
+    )
+    # Warm restart: what start-up compiles and measures, kept for the next start of the same engine.
+    compile_cache: bool = Field(
+        default=True,
+        description="keep what start-up compiles and measures on disk; the next start of the same engine on this "
+        "machine reuses it",
+    )
+    compile_cache_dir: Path | None = Field(
+        default=None, description="the compile cache's folder (default: ~/.cache/omni-studio/engine-compile)"
+    )
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or Path(self.model.rstrip("/")).name or self.model

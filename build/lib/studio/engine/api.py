@@ -1,0 +1,287 @@
+"""HTTP routes of the embedded engine, mirroring vLLM-Omni's video API: the form is validated into the contract's
+request (studio.protocol), and the answers are the contract's job record, list, deletion and error envelope, with
+the same status codes and `param` values as `vllm serve --omni`.
+
+Where it does better it stays inside the contract: `progress` follows the denoising steps, a job is
+`queued` until it really starts, and DELETE stops a running job at its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from studio.engine.generation import GenerationParams
+from studio.engine.guard import TextGuard
+from studio.engine.jobs import Job, JobManager
+from studio.protocol import ErrorResponse, JobDeleted, JobList, JobStatus, VideoRequest
+
+
+class ApiError(Exception):
+    """An answer in vLLM's error envelope."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+    @classmethod
+    def invalid_request(cls, exc: ValidationError) -> ApiError:
+        error = ErrorResponse.invalid_request(exc).error
+        return cls(error.code, error.message, error.param)
+
+    def response(self) -> Response:
+        return answer(ErrorResponse.of(self.status, self.message, self.param), self.status)
+
+
+def answer(body: BaseModel, status: int = 200) -> Response:
+    """A contract model as the JSON body of a response."""
+    return Response(body.model_dump_json(), status_code=status, media_type="application/json")
+
+
+@dataclass
+class EngineState:
+    manager: JobManager
+    guard: TextGuard | None
+    model_name: str
+    model_root: str
+    api_key: str | None
+    started_at: float
+    default_steps: int
+    default_guidance: float
+    sync_timeout_s: float
+    healthy: bool = True
+
+
+@dataclass
+class ParsedForm:
+    request: VideoRequest
+    params: GenerationParams
+    guardrails: bool
+    size_sent: str | None  # the record shows the size field only as sent, as vLLM-Omni's does
+
+
+def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
+    """Validate a POST /v1/videos form into the contract's request, then into generation parameters."""
+    values = VideoRequest.form_values(form)
+    try:
+        request = VideoRequest.model_validate(values)
+    except ValidationError as exc:
+        raise ApiError.invalid_request(exc) from None
+    if request.model is not None and request.model != state.model_name:
+        raise ApiError(
+            400,
+            f"Model mismatch: request specifies {request.model!r} but server is running {state.model_name!r}.",
+            "model",
+        )
+    if form.get("file_id"):
+        raise ApiError(400, "file_id references are not supported", "body.file_id")
+    if request.has_reference:
+        raise ApiError(400, "this model is text-to-video only: image and video references are not supported")
+
+    extra = dict(request.extra_params)
+    guardrails = extra.pop("guardrails", True)  # the engine's, not the pipeline's
+    num_frames = request.requested_frames
+    # Rounded up to 4k+1 as the temporal VAE needs (as Cosmos 3 does); the finished record counts the output.
+    if (num_frames - 1) % 4:
+        num_frames += 4 - (num_frames - 1) % 4
+    params = GenerationParams(
+        prompt=request.prompt,
+        negative_prompt=request.negative_prompt,
+        width=request.width,
+        height=request.height,
+        num_frames=num_frames,
+        num_inference_steps=request.num_inference_steps or state.default_steps,
+        guidance_scale=state.default_guidance if request.guidance_scale is None else request.guidance_scale,
+        seed=secrets.randbelow(2**32) if request.seed is None else request.seed,
+        flow_shift=request.flow_shift,
+        extra=extra,
+    )
+    return ParsedForm(request=request, params=params, guardrails=guardrails, size_sent=values.get("size"))
+
+
+class BearerKeyMiddleware:
+    """Every /v1 route needs `Authorization: Bearer KEY` (as vLLM's --api-key); /health and /metrics do not.
+
+    A plain ASGI middleware: it reads only the headers and leaves the request body to the route.
+    """
+
+    def __init__(self, app: Any, key: str):
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            header = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not secrets.compare_digest(header, self.expected):
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(state: EngineState) -> FastAPI:
+    app = FastAPI(title="Omni Studio engine", version="1", docs_url=None, redoc_url=None)
+    app.state.engine = state
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        message = "; ".join(f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" for e in exc.errors())
+        return ApiError(400, message).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        return ApiError(exc.status_code, str(exc.detail)).response()
+
+    if state.api_key:
+        app.add_middleware(BearerKeyMiddleware, key=state.api_key)
+
+    async def read_form(request: Request) -> Any:
+        content_type = request.headers.get("content-type", "")
+        if not content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+            raise ApiError(
+                400,
+                "POST /v1/videos takes multipart/form-data, not a JSON body; "
+                "send the fields as form fields (extra_params as a JSON string)",
+                "body.prompt",
+            )
+        try:
+            return await request.form()
+        except Exception as exc:
+            raise ApiError(400, f"cannot read the form: {exc}") from exc
+
+    def admit(parsed: ParsedForm) -> str | None:
+        if state.guard is not None and parsed.guardrails:
+            verdict = state.guard.check(parsed.params.prompt)
+            if not verdict.allowed:
+                return verdict.message
+        return None
+
+    def new_job(parsed: ParsedForm, **options: Any) -> Job:
+        job = state.manager.new_job(parsed.params, parsed.request.output_fps, **options)
+        job.size_field, job.seconds_field = parsed.size_sent, parsed.request.seconds
+        job.requested_frames = parsed.request.requested_frames
+        return job
+
+    @app.post("/v1/videos")
+    async def create_video(request: Request) -> Response:
+        parsed = parse_video_form(await read_form(request), state)
+        job = new_job(parsed)
+        blocked = admit(parsed)
+        if blocked is not None:
+            state.manager.fail_now(job, 400, blocked)
+            return answer(job.record(), 400)
+        return answer(state.manager.submit(job).record())
+
+    @app.post("/v1/videos/sync")
+    async def create_video_sync(request: Request) -> Response:
+        parsed = parse_video_form(await read_form(request), state)
+        blocked = admit(parsed)
+        if blocked is not None:
+            raise ApiError(400, blocked)
+        job = state.manager.submit(new_job(parsed, job_id=f"video_sync-{secrets.token_hex(8)}", listed=False))
+        finished = await asyncio.to_thread(job.done.wait, state.sync_timeout_s)
+        if not finished:
+            state.manager.cancel(job.id, wait_s=0)
+            raise ApiError(504, f"Video generation timed out after {state.sync_timeout_s}s.")
+        try:
+            if job.status is not JobStatus.COMPLETED or job.file_path is None:
+                error = job.error or {"code": 500, "message": "generation failed"}
+                raise ApiError(int(error.get("code") or 500), str(error.get("message")))
+            body = await asyncio.to_thread(job.file_path.read_bytes)
+        finally:
+            state.manager.forget(job.id)
+        headers = {
+            "X-Request-Id": job.id,
+            "X-Model": state.model_name,
+            "X-Inference-Time-S": f"{job.inference_time_s or 0:.4f}",
+            "X-Stage-Durations": json.dumps(job.stage_durations or {}),
+            "X-Peak-Memory-MB": f"{job.peak_memory_mb or 0:.1f}",
+        }
+        return Response(content=body, media_type="video/mp4", headers=headers)
+
+    @app.get("/v1/videos")
+    async def list_videos(after: str | None = None, limit: int | None = None, order: str = "desc") -> Response:
+        if limit is not None and not 0 <= limit <= 100:
+            raise ApiError(400, "limit must be between 0 and 100", "query.limit")
+        if order not in ("asc", "desc"):
+            raise ApiError(400, "order must be asc or desc", "query.order")
+        jobs, has_more = state.manager.list(after, limit, order)
+        return answer(JobList.page((job.record() for job in jobs), has_more))
+
+    def job_or_404(video_id: str) -> Job:
+        job = state.manager.get(video_id)
+        if job is None:
+            raise ApiError(404, "Video not found")
+        return job
+
+    @app.get("/v1/videos/{video_id}")
+    async def retrieve_video(video_id: str) -> Response:
+        job = job_or_404(video_id)
+        # A failed job is answered with its error's code, as vLLM-Omni does.
+        status = int((job.error or {}).get("code") or 500) if job.status is JobStatus.FAILED else 200
+        return answer(job.record(), status)
+
+    @app.get("/v1/videos/{video_id}/content")
+    async def video_content(video_id: str) -> Response:
+        job = job_or_404(video_id)
+        if job.status is JobStatus.FAILED:
+            raise ApiError(422, "Video generation failed. Check job status for error details.")
+        if job.status is not JobStatus.COMPLETED or job.file_path is None:
+            raise ApiError(404, "Generation is still in-progress")
+        return FileResponse(job.file_path, media_type="video/mp4", filename=f"{job.id}.mp4")
+
+    @app.delete("/v1/videos/{video_id}")
+    async def delete_video(video_id: str) -> Response:
+        job_or_404(video_id)
+        # vLLM-Omni waits the abort timeout (2 s) plus 2 s before it answers 409.
+        stopped = await asyncio.to_thread(state.manager.cancel, video_id, 4.0)
+        if not stopped:
+            raise ApiError(409, "Cancellation in progress. Please try again later.")
+        return answer(JobDeleted(id=video_id))
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if not state.healthy:
+            return JSONResponse({"status": "unhealthy"}, status_code=503)
+        return JSONResponse({"status": "healthy"})
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": state.model_name,
+                        "object": "model",
+                        "created": int(state.started_at),
+                        "owned_by": "omni-studio",
+                        "root": state.model_root,
+                        "parent": None,
+                        "max_model_len": None,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        registry = state.manager.metrics.registry
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

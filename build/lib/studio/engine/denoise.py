@@ -1,0 +1,206 @@
+"""The engine's own denoising loop over a Wan-style pipeline (a text encoder, one transformer, a scheduler and a
+VAE), for a batch of requests of one shape.
+
+Several requests share each transformer call, with the conditional and unconditional halves of
+classifier-free guidance in the same batch. The pipeline's own pieces are used (prompt encoding, latents from
+each request's seed as the pipeline draws them, scheduler, VAE), so a request makes the same video alone or in
+a batch, and the same as the plain pipeline call.
+
+On several ranks (studio.engine.parallel) every rank runs this loop on the same batch, in step: with guidance
+split, each runs one half and the halves are exchanged after each transformer call; with tokens split, the
+transformer itself exchanges them. Every rank then holds the same latents; rank 0 alone decodes and answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from studio.engine.batching import BatchBuckets
+from studio.engine.generation import BatchItem, GenerationCancelled, ResultCallback
+from studio.engine.gpu_setup import GpuSetup
+from studio.engine.loader import PipelineFacts
+from studio.engine.parallel.rank import ParallelRank
+from studio.engine.prompts import PromptEmbeddings
+from studio.engine.vae_decode import decode_batch
+
+
+@dataclass(frozen=True)
+class TransformerForward:
+    """The pipeline's transformer as the loop calls it, looked up at each call (compile may replace it)."""
+
+    pipe: Any
+
+    def __call__(self, hidden_states: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        return self.pipe.transformer(
+            hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=context, return_dict=False
+        )[0]
+
+
+@dataclass
+class BatchedDenoiser:
+    """Runs a batch of requests of one batch key through the pipeline's pieces, step by step."""
+
+    pipe: Any
+    facts: PipelineFacts
+    device: str
+    prompts: PromptEmbeddings
+    buckets: BatchBuckets
+    gpu: GpuSetup
+    forward: TransformerForward
+    rank: ParallelRank | None = None  # this process's rank where a request runs on several
+
+    def __call__(self, items: Sequence[BatchItem], on_result: ResultCallback) -> None:
+        """`on_result(i, output or exception)` once per item, as soon as that item is done; a cancelled item is
+        answered at once and the others go on."""
+        count = len(items)
+        native_size = self.facts.native_size(items[0].params.width, items[0].params.height)
+        started = time.perf_counter()
+        alive = [True] * count
+
+        def drop_cancelled() -> bool:
+            for i, item in enumerate(items):
+                if alive[i] and item.stopped():
+                    alive[i] = False
+                    on_result(i, GenerationCancelled())
+            return any(alive)
+
+        # 1. Check inputs: cancelled requests leave before any work; the other ranks are told the batch.
+        if not drop_cancelled():
+            return
+        rank = self.rank
+        if rank is not None:
+            rank.tell("batch", [item.params for item in items])
+        try:
+            latents = self._denoise(items, drop_cancelled, alive)
+        except BaseException as exc:
+            if rank is not None:
+                rank.fail(f"a batch failed part-way ({type(exc).__name__}): the ranks are out of step")
+            raise
+        if latents is None or (rank is not None and not rank.is_leader):
+            return
+        denoise_end = time.perf_counter()
+        # 6. Decode, handing frames over as they come (no autograd: the latents are inference tensors).
+        with torch.inference_mode():
+            decode_batch(
+                self.pipe.vae, items, latents, alive, on_result, native_size, self.device, started, denoise_end
+            )
+
+    def _denoise(
+        self, items: Sequence[BatchItem], drop_cancelled: Callable[[], bool], alive: list[bool]
+    ) -> torch.Tensor | None:
+        """Steps 2 to 5: the denoised latents of the batch (padding rows dropped is the decoder's business),
+        or None where every request was cancelled on the way."""
+        pipe, device, count, rank = self.pipe, self.device, len(items), self.rank
+        first = items[0].params
+        native_w, native_h = self.facts.native_size(first.width, first.height)
+        total = first.num_inference_steps
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        transformer = pipe.transformer
+        cfg = first.guidance_scale > 1.0
+        guidance = first.guidance_scale
+        # With guidance split across ranks, this rank runs one half: the conditional rows or the others.
+        split = cfg and rank is not None and rank.splits_guidance
+        with torch.inference_mode():
+            # 2. Encode prompts: the conditional rows, then the unconditional ones, each padded to the bucket.
+            padding = self.buckets.padded(count, self.gpu.static_shapes) - count  # rows that keep the shape static
+            positive = [item.params.prompt for item in items]
+            negative = [item.params.negative_prompt or "" for item in items]
+            if split:
+                assert rank is not None
+                context = _pad_rows(self._embed(positive if rank.runs_conditional else negative), padding)
+            else:
+                context = _pad_rows(self._embed(positive), padding)
+                if cfg:
+                    context = torch.cat([context, _pad_rows(self._embed(negative), padding)])
+            # 3. Prepare latents: each request's own, from its seed, as the pipeline draws them.
+            channels = transformer.config.in_channels
+            latents = torch.cat(
+                [
+                    pipe.prepare_latents(
+                        1,
+                        channels,
+                        native_h,
+                        native_w,
+                        item.params.num_frames,
+                        torch.float32,
+                        device,
+                        torch.Generator(device="cpu").manual_seed(item.params.seed),
+                    )
+                    for item in items
+                ]
+            )
+            latents = _pad_rows(latents, padding)
+            # 4. Prepare timesteps.
+            scheduler = self.facts.new_scheduler(first.flow_shift)
+            scheduler.set_timesteps(total, device=device)
+            if hasattr(scheduler, "set_begin_index"):
+                scheduler.set_begin_index(0)  # no device-to-host read of the timestep in step()
+            # 5. Denoise.
+            steps_done = StepProgress(device, total, items, alive)
+            for t in scheduler.timesteps:
+                model_input = latents.to(transformer.dtype)
+                if cfg and not split:
+                    model_input = torch.cat([model_input, model_input])
+                forward = self.gpu.graphs or self.forward
+                out = forward(model_input, t.expand(model_input.shape[0]), context)
+                if cfg:
+                    cond, uncond = rank.gather_guidance(out) if split and rank is not None else out.chunk(2)
+                    out = uncond + guidance * (cond - uncond)
+                latents = scheduler.step(out, t, latents, return_dict=False)[0]
+                steps_done.step_queued()
+                go_on = drop_cancelled()
+                if rank is not None:
+                    go_on = rank.agree(go_on)
+                if not go_on:
+                    return None
+            steps_done.finish()
+        return latents
+
+    def _embed(self, texts: list[str]) -> torch.Tensor:
+        return self.prompts.embed(self.pipe, texts, self.facts.max_sequence_length, self.device)
+
+
+class StepProgress:
+    """Reports denoising steps to each live item as the device finishes them, without waiting for the device
+    in the loop: on a GPU each step records an event that is only polled."""
+
+    def __init__(self, device: str, total: int, items: Sequence[BatchItem], alive: list[bool]):
+        self.device, self.total, self.items, self.alive = device, total, items, alive
+        self.queued: list[Any] = []
+        self.reported = 0
+
+    def step_queued(self) -> None:
+        if self.device == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+            self.queued.append(event)
+            while self.queued and self.queued[0].query():
+                self.queued.pop(0)
+                self._report()
+        else:
+            self._report()
+
+    def finish(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        for _ in self.queued:
+            self._report()
+        self.queued.clear()
+
+    def _report(self) -> None:
+        self.reported += 1
+        for i, item in enumerate(self.items):
+            if self.alive[i] and item.on_step is not None:
+                item.on_step(self.reported, self.total)
+
+
+def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    if rows <= 0:
+        return tensor
+    return torch.cat([tensor, tensor[:1].expand(rows, *tensor.shape[1:])])

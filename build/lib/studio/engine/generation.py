@@ -1,0 +1,67 @@
+"""What one generation takes and gives: its parameters, its output, a request's place in a batch, and the
+errors that end one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class GenerationCancelled(Exception):
+    """Raised from the step callback: unwinds the denoising loop at once, skipping the VAE decode."""
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    prompt: str
+    width: int
+    height: int
+    num_frames: int
+    num_inference_steps: int
+    guidance_scale: float
+    seed: int
+    negative_prompt: str | None = None
+    flow_shift: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationOutput:
+    frames: np.ndarray  # uint8 (T, H, W, 3) at the requested size
+    native_size: tuple[int, int]  # (width, height) the model made before any resize
+    inference_time_s: float
+    stage_durations: dict[str, float]
+    peak_memory_mb: float | None
+    batch_size: int = 1
+
+
+@dataclass
+class BatchItem:
+    """One request of a batch: its parameters, its progress callback and its own cancel flag."""
+
+    params: GenerationParams
+    on_step: Callable[[int, int], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    # Given the video's uint8 frames (t, H, W, 3) at the requested size, a few at a time as the VAE decodes them
+    # (the engine's own loop only), so that encoding can run beside the decode. The result still has them all.
+    on_frames: Callable[[np.ndarray], None] | None = None
+
+    def stopped(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
+
+# Called once per item of a batch, as soon as that item is finished: its output, or the exception that ended
+# it (GenerationCancelled for a cancelled one).
+ResultCallback = Callable[[int, "GenerationOutput | BaseException"], None]
+
+
+def raise_if_error(result: GenerationOutput | BaseException) -> None:
+    if isinstance(result, BaseException):
+        raise result

@@ -1,0 +1,144 @@
+"""How a pipeline's transformer runs on a GPU: one projection for q, k and v, the fastest attention kernel, the
+engine's kernels, CUDA graphs of its forward, and torch.compile for static shapes; and the way back to eager."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from studio.engine import kernels
+from studio.engine.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
+from studio.engine.graphs import Forward, GraphedForward
+
+log = logging.getLogger(__name__)
+
+COMPILE_CHOICES = ("off", "blocks", "full")
+
+
+class GpuSetup:
+    """The choices made for the transformer on a GPU (the settings asked for, and what was applied), so that
+    they can be reported and undone. Off a GPU nothing is applied."""
+
+    def __init__(
+        self,
+        device: str,
+        compile: str = "auto",
+        compile_mode: str | None = None,
+        attention_backend: str = "auto",
+        cuda_graphs: bool = True,
+        fused_kernels: bool = True,
+        tune_kernels: bool = True,
+    ):
+        if compile == "auto":
+            compile = "blocks" if device == "cuda" else "off"
+        if compile not in COMPILE_CHOICES:
+            raise ValueError(f"compile must be auto, off, blocks or full, got {compile!r}")
+        self.device = device
+        self.compile = compile
+        self.compile_mode = compile_mode or None
+        self.attention_backend_setting = attention_backend
+        self.attention_backend: str | None = None  # what was applied (a diffusers backend name)
+        self.cuda_graphs = cuda_graphs and device == "cuda"
+        self.graphs: GraphedForward | None = None  # the transformer's forward, replayed as CUDA graphs
+        self.fused_kernels = fused_kernels and device == "cuda"
+        self.kernels: dict[str, int] = {}  # the engine's kernels put into the transformer, by kind
+        self.installed_kernels: kernels.Installed | None = None
+        self.tune_kernels = tune_kernels and device == "cuda"
+        self.fused_qkv = False
+        self.static_shapes = False  # batches are padded to a few sizes (set when the transformer is compiled)
+        self._eager_transformer: Any = None  # the transformer before torch.compile wrapped it whole
+
+    def apply(self, pipe: Any, forward: Forward, dtype: torch.dtype, cached_backend: str | None = None) -> None:
+        """bf16 is set at load; here: one projection for q, k and v, the fastest attention kernel, and the
+        transformer compiled (its repeated blocks, or whole) for static shapes: a graph per size and batch
+        bucket, no dynamic-shape kernels. `forward` is the transformer's forward the CUDA graphs capture; `dtype` the
+        one the model was loaded in; `cached_backend` the fastest kernel as an earlier start on this machine
+        measured it (studio.engine.compile_cache), which spares the timing."""
+        transformer = pipe.transformer
+        if hasattr(transformer, "fuse_qkv_projections"):
+            try:
+                transformer.fuse_qkv_projections()
+                self.fused_qkv = True
+            except ValueError as exc:  # a model with added K/V projections
+                log.info("q/k/v projections stay apart: %s", exc)
+        backend = self.attention_backend_setting
+        if backend == "auto" and cached_backend:
+            backend = cached_backend
+            log.info("attention kernel from the compile cache: %s", backend)
+        elif backend == "auto":
+            backend = fastest_attention_backend(transformer, dtype)
+        if backend and backend != "default" and hasattr(transformer, "set_attention_backend"):
+            transformer.set_attention_backend(backend)
+            self.attention_backend = backend
+        if self.fused_kernels:
+            self.install_kernels(pipe)
+        if self.cuda_graphs:
+            self.graphs = GraphedForward(forward)
+        if self.compile == "off":
+            return
+        import torch._dynamo
+
+        if self.tune_kernels:
+            import torch._inductor.config
+
+            # Each fused kernel's block sizes are timed when it compiles: a longer warm-up, slightly faster kernels.
+            # Set globally: torch.compile's own `options` cannot be given together with a `mode`.
+            torch._inductor.config.coordinate_descent_tuning = True
+        # One graph per (size, bucket). torch has no public setting for these limits.
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+        # dynamic=False: static shapes only (no dynamic-shape kernels after a second size is seen).
+        if self.compile == "blocks" and hasattr(transformer, "compile_repeated_blocks"):
+            try:
+                transformer.compile_repeated_blocks(fullgraph=True, mode=self.compile_mode, dynamic=False)
+                self.static_shapes = True
+                return
+            except ValueError:  # diffusers names no repeated blocks for this model: compile it whole
+                pass
+        self._eager_transformer = transformer
+        pipe.transformer = torch.compile(transformer, mode=self.compile_mode, dynamic=False)
+        self.static_shapes = True
+
+    def eager_transformer(self, pipe: Any) -> Any:
+        """The transformer module itself, where torch.compile wrapped it whole (hooks and processors go on it)."""
+        return self._eager_transformer if self._eager_transformer is not None else pipe.transformer
+
+    def install_kernels(self, pipe: Any) -> None:
+        """Put the engine's kernels (studio.engine.kernels) into a Wan transformer, if one forward on a small
+        input with them matches the forward without them; else leave it as it was."""
+        transformer = pipe.transformer
+        if (
+            type(transformer).__name__ != "WanTransformer3DModel"
+            or self.attention_backend not in SDPA_KERNEL_OF_BACKEND
+        ):
+            return
+        installed = kernels.install_checked(transformer, SDPA_KERNEL_OF_BACKEND[self.attention_backend], self.device)
+        if installed is not None:
+            self.kernels, self.installed_kernels = installed.counts, installed
+
+    def remove_kernels(self) -> None:
+        if self.installed_kernels is not None:
+            self.installed_kernels.undo()
+        self.kernels, self.installed_kernels = {}, None
+
+    def fall_back_to_eager(self, pipe: Any) -> None:
+        """The transformer as diffusers wrote it: no compile, no kernels of the engine's, default attention,
+        no CUDA graphs."""
+        if self._eager_transformer is not None:
+            pipe.transformer, self._eager_transformer = self._eager_transformer, None
+        transformer = pipe.transformer
+        for module in transformer.modules():
+            # `nn.Module.compile` (what compile_repeated_blocks calls) has no public undo: this is the attribute
+            # it sets, and None is what an uncompiled module holds there.
+            if getattr(module, "_compiled_call_impl", None) is not None:
+                module._compiled_call_impl = None
+        if self.installed_kernels is not None:
+            self.remove_kernels()
+        if self.attention_backend is not None and hasattr(transformer, "set_attention_backend"):
+            transformer.set_attention_backend("native")
+        self.compile, self.attention_backend = "off", None
+        if self.graphs is not None:
+            self.graphs.disable()

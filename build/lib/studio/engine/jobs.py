@@ -1,0 +1,458 @@
+"""Jobs of the embedded engine: their records, a FIFO queue, one worker thread that batches, cancel.
+
+The worker runs the pipeline off the event loop. It takes the oldest queued job and, where the pipeline can
+batch, up to `max_batch - 1` queued jobs of the same shape (size, frames, steps, guidance, flow shift) to run
+with it in one denoising loop; the oldest job waits at most `batch_wait_ms` (from when it was queued) for such
+partners (a tenth of that when no other job is running or finishing: then only a burst of requests sent
+together is worth waiting for). Each job of a batch keeps its own seed, prompt, progress, cancel and result. A job is `queued`
+until the worker really starts it, and its `progress` follows the denoising steps (decode and encode take
+the last few percent). With `encode_workers`, mp4 encoding runs beside the next batch instead of before it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from studio.engine.encoding import StreamedEncode
+from studio.engine.generation import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
+from studio.engine.generator import VideoGenerator
+from studio.engine.metrics import EngineMetrics
+from studio.media import VideoInfo, encode_mp4
+from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus
+
+log = logging.getLogger(__name__)
+
+# Share of `progress` given to the denoising loop; the rest is VAE decode and mp4 encode.
+DENOISE_SHARE = 95.0
+# The error of a job stopped by DELETE: 499, nginx's "client closed request".
+CANCELLED = (499, "cancelled")
+
+
+@dataclass
+class Job:
+    id: str
+    params: GenerationParams
+    fps: int
+    model: str
+    created_at: int
+    status: JobStatus = JobStatus.QUEUED
+    progress: int = 0
+    started_at: float | None = None
+    completed_at: int | None = None
+    error: dict[str, Any] | None = None
+    inference_time_s: float | None = None
+    stage_durations: dict[str, float] | None = None
+    peak_memory_mb: float | None = None
+    native_size: tuple[int, int] | None = None
+    file_path: Path | None = None
+    size_field: str | None = None  # the `size` form field as sent; vLLM-Omni's record shows only that
+    seconds_field: str | None = None
+    requested_frames: int | None = None
+    output_frames: int | None = None
+    cancel_requested: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    listed: bool = True
+    encode_detail: dict[str, float] | None = None  # where an encode beside the decode spent its time after it
+    queued_at: float = 0.0  # time.monotonic() when submitted
+    batch_size: int | None = None  # how many jobs shared its denoising loop
+
+    def fail(self, code: int, message: str) -> None:
+        self.status, self.error = JobStatus.FAILED, {"code": code, "message": message}
+
+    def record(self) -> JobRecord:
+        """The job record, with vLLM-Omni 0.30's fields and rules (size and seconds as sent; seconds "4"
+        when not sent; num_frames as requested, then as counted in the output)."""
+        frames = self.output_frames if self.output_frames is not None else self.requested_frames
+        completed = self.status is JobStatus.COMPLETED
+        return JobRecord(
+            model=self.model,
+            prompt=self.params.prompt,
+            id=self.id,
+            status=self.status,
+            size=self.size_field,
+            progress=self.progress,
+            seconds=self.seconds_field or str(DEFAULT_SECONDS),
+            quality="default",
+            completed_at=self.completed_at,
+            created_at=self.created_at,
+            error=self.error,
+            media_type="video/mp4",
+            file_name=f"{self.id}.mp4" if completed else None,
+            inference_time_s=self.inference_time_s,
+            fps=float(self.fps),
+            num_frames=frames,
+            duration_s=round(frames / self.fps, 6) if frames else None,
+            stage_durations=self.stage_durations or {},
+            peak_memory_mb=self.peak_memory_mb or 0.0,
+            native_size=f"{self.native_size[0]}x{self.native_size[1]}" if self.native_size is not None else None,
+        )
+
+
+def new_job_id(prefix: str = "video_gen") -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class JobManager:
+    """Keeps job records and runs queued jobs in FIFO order on a worker thread, in batches where it can."""
+
+    def __init__(
+        self,
+        generator: VideoGenerator,
+        output_dir: Path,
+        model_name: str,
+        metrics: EngineMetrics,
+        max_kept_jobs: int = 1000,
+        max_batch: int = 1,
+        batch_wait_ms: float = 0.0,
+        encode_workers: int = 0,
+    ):
+        self.generator = generator
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.model_name = model_name
+        self.metrics = metrics
+        self.max_kept_jobs = max_kept_jobs
+        self.max_batch = max(1, max_batch)
+        generator.set_max_batch(self.max_batch)
+        self.batch_wait_s = max(0.0, batch_wait_ms) / 1000.0
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._pending: deque[Job] = deque()
+        self._lock = threading.Lock()
+        self._queue_changed = threading.Condition()
+        self._stopping = False
+        self._running: set[str] = set()
+        self._worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
+        self._encoder = (
+            ThreadPoolExecutor(max_workers=encode_workers, thread_name_prefix="engine-encode")
+            if encode_workers > 0
+            else None
+        )
+        self._listeners: list[Callable[[Job], None]] = []
+        self.batches_run = 0  # batches started
+
+    def start(self) -> None:
+        self._warm_encoder()
+        self._worker.start()
+
+    def _warm_encoder(self) -> None:
+        """Encode a tiny clip once, so the first request does not pay the encoder's start-up."""
+        path = self.output_dir / f".warm-up-{uuid.uuid4().hex}.mp4"
+        try:
+            encode_mp4(np.zeros((2, 16, 16, 3), dtype=np.uint8), 8, path, threads=self.generator.threads)
+        except Exception:
+            log.exception("the mp4 encoder failed its warm-up")
+        finally:
+            path.unlink(missing_ok=True)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            pending = [job for job in self._jobs.values() if job.status in (JobStatus.QUEUED, JobStatus.IN_PROGRESS)]
+        for job in pending:
+            job.cancel_requested.set()
+        with self._queue_changed:
+            self._stopping = True
+            self._queue_changed.notify_all()
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False)
+
+    def add_listener(self, listener: Callable[[Job], None]) -> None:
+        """Called from the worker (or an encoder) thread whenever a job finishes."""
+        self._listeners.append(listener)
+
+    def new_job(self, params: GenerationParams, fps: int, job_id: str | None = None, listed: bool = True) -> Job:
+        return Job(
+            id=job_id or new_job_id(),
+            params=params,
+            fps=fps,
+            model=self.model_name,
+            created_at=int(time.time()),
+            listed=listed,
+            requested_frames=params.num_frames,
+        )
+
+    def submit(self, job: Job) -> Job:
+        with self._lock:
+            self._jobs[job.id] = job
+            self._forget_old_jobs()
+        job.queued_at = time.monotonic()
+        with self._queue_changed:
+            self._pending.append(job)
+            self._queue_changed.notify_all()
+        self._update_gauges()
+        return job
+
+    def fail_now(self, job: Job, code: int, message: str) -> Job:
+        """A job that fails before it is queued (a guardrail block), kept so GET returns it as vLLM-Omni does."""
+        job.fail(code, message)
+        job.completed_at = job.created_at
+        job.done.set()
+        with self._lock:
+            self._jobs[job.id] = job
+            self._forget_old_jobs()
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def list(self, after: str | None, limit: int | None, order: str) -> tuple[list[Job], bool]:
+        with self._lock:
+            jobs = [job for job in self._jobs.values() if job.listed]
+        jobs.sort(key=lambda job: job.created_at, reverse=(order == "desc"))
+        if after is not None:
+            ids = [job.id for job in jobs]
+            jobs = jobs[ids.index(after) + 1 :] if after in ids else []
+        if limit is None:
+            return jobs, False
+        return jobs[:limit], len(jobs) > limit
+
+    def cancel(self, job_id: str, wait_s: float = 2.0) -> bool:
+        """Stop a job (at its next step when running; the others of its batch go on) and forget it.
+        False if it did not stop within wait_s."""
+        job = self.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        job.cancel_requested.set()
+        if job.status is JobStatus.QUEUED:
+            with self._lock:
+                if job.status is JobStatus.QUEUED:
+                    job.fail(*CANCELLED)
+                    job.done.set()
+            with self._queue_changed:
+                self._queue_changed.notify_all()
+        stopped = job.done.wait(wait_s)
+        if stopped:
+            self.forget(job_id)
+        self._update_gauges()
+        return stopped
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            job = self._jobs.pop(job_id, None)
+        if job is not None and job.file_path is not None:
+            job.file_path.unlink(missing_ok=True)
+
+    def queue_depth(self) -> tuple[int, int]:
+        """(running, waiting)."""
+        with self._lock:
+            running = len(self._running)
+            waiting = sum(1 for job in self._jobs.values() if job.status is JobStatus.QUEUED)
+        return running, waiting
+
+    def _forget_old_jobs(self) -> None:
+        # Records live in memory as on vLLM-Omni; finished ones beyond the cap are dropped oldest first.
+        finished = [jid for jid, job in self._jobs.items() if job.done.is_set()]
+        for jid in finished[: max(0, len(self._jobs) - self.max_kept_jobs)]:
+            job = self._jobs.pop(jid)
+            if job.file_path is not None:
+                job.file_path.unlink(missing_ok=True)
+
+    def _update_gauges(self) -> None:
+        running, waiting = self.queue_depth()
+        self.metrics.running.set(running)
+        self.metrics.waiting.set(waiting)
+
+    # --- the worker --------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            with self._lock:
+                batch = [job for job in batch if job.status is JobStatus.QUEUED and not job.cancel_requested.is_set()]
+                started = time.time()
+                for job in batch:
+                    job.status, job.started_at, job.batch_size = JobStatus.IN_PROGRESS, started, len(batch)
+                    self._running.add(job.id)
+            if not batch:
+                continue
+            self._update_gauges()
+            self._run_batch(batch)
+
+    def _next_batch(self) -> list[Job] | None:
+        """The oldest live job and its partners; waits for a first job, and for partners up to the deadline."""
+        with self._queue_changed:
+            while True:
+                while self._pending and (self._pending[0].cancel_requested.is_set() or self._pending[0].done.is_set()):
+                    self._pending.popleft()
+                if self._stopping:
+                    return None
+                if not self._pending:
+                    self._queue_changed.wait()
+                    continue
+                head = self._pending[0]
+                key = self.generator.batch_key(head.params) if self.max_batch > 1 else None
+                if key is None:
+                    return [self._pending.popleft()]
+                with self._lock:
+                    busy = bool(self._running)  # jobs still finishing: their clients may send the next ones
+                deadline = head.queued_at + (self.batch_wait_s if busy else self.batch_wait_s / 10)
+                while True:
+                    partners = [
+                        job
+                        for job in self._pending
+                        if job is not head
+                        and not job.cancel_requested.is_set()
+                        and self.generator.batch_key(job.params) == key
+                    ][: self.max_batch - 1]
+                    remaining = deadline - time.monotonic()
+                    if len(partners) + 1 >= self.max_batch or remaining <= 0 or self._stopping:
+                        break
+                    if head.cancel_requested.is_set():
+                        break
+                    self._queue_changed.wait(remaining)
+                if head.cancel_requested.is_set():
+                    continue  # the head left; start over with the next oldest
+                batch = [head, *partners]
+                taken = {id(job) for job in batch}
+                self._pending = deque(job for job in self._pending if id(job) not in taken)
+                return batch
+
+    def _run_batch(self, jobs: list[Job]) -> None:
+        self.batches_run += 1
+        started = time.perf_counter()
+        answered: set[int] = set()
+
+        # With an encoder pool, each video is encoded there as the VAE hands its frames over.
+        streams = (
+            [
+                StreamedEncode(self._encoder, self.output_dir / f"{job.id}.mp4", job.fps, self.generator.threads)
+                for job in jobs
+            ]
+            if self._encoder is not None
+            else None
+        )
+
+        def on_result(index: int, result: GenerationOutput | BaseException) -> None:
+            answered.add(index)
+            job = jobs[index]
+            if isinstance(result, BaseException):
+                if streams is not None:
+                    streams[index].abort()
+                self._fail(job, result)
+                self._finished(job)
+            elif streams is not None:
+                decoded = time.perf_counter()
+                stream = streams[index]
+                stream.finish(result.frames).add_done_callback(
+                    lambda encoded: self._complete_streamed(job, result, started, decoded, encoded, stream)
+                )
+            else:
+                self._complete(job, result, started)
+
+        items = [
+            BatchItem(
+                job.params,
+                on_step=self._progress_callback(job),
+                should_stop=job.cancel_requested.is_set,
+                on_frames=streams[index].push if streams is not None else None,
+            )
+            for index, job in enumerate(jobs)
+        ]
+        try:
+            self.generator.generate_batch(items, on_result)
+        except Exception as exc:
+            log.exception("batch of %d failed", len(jobs))
+            for index, job in enumerate(jobs):
+                if index not in answered:
+                    if streams is not None:
+                        streams[index].abort()
+                    self._fail(job, exc)
+                    self._finished(job)
+
+    @staticmethod
+    def _progress_callback(job: Job) -> Callable[[int, int], None]:
+        def on_step(done: int, total: int) -> None:
+            job.progress = int(DENOISE_SHARE * done / total)
+
+        return on_step
+
+    def _fail(self, job: Job, exc: BaseException) -> None:
+        if isinstance(exc, GenerationCancelled):
+            job.fail(*CANCELLED)
+        else:
+            log.error("job %s failed: %s: %s", job.id, type(exc).__name__, exc)
+            job.fail(500, f"{type(exc).__name__}: {exc}")
+        job.completed_at = int(time.time())
+
+    def _complete(self, job: Job, output: GenerationOutput, started: float) -> None:
+        """Encode the mp4 and finish the record."""
+        try:
+            encode_started = time.perf_counter()
+            path = self.output_dir / f"{job.id}.mp4"
+            info = encode_mp4(output.frames, job.fps, path, threads=self.generator.threads)
+        except Exception as exc:
+            log.exception("job %s failed", job.id)
+            self._fail(job, exc)
+            self._finished(job)
+            return
+        self._record_video(job, output, started, path, info, time.perf_counter() - encode_started)
+
+    def _complete_streamed(
+        self,
+        job: Job,
+        output: GenerationOutput,
+        started: float,
+        decoded: float,
+        encoded: Future,
+        stream: StreamedEncode,
+    ) -> None:
+        """Finish the record once the encode that ran beside the decode has finished; its `encode` time is what
+        it took after the decode."""
+        try:
+            info = encoded.result()
+            if info is None:
+                raise RuntimeError("the encode was aborted")
+            job.encode_detail = {"backlog_pieces": stream.backlog_at_finish, **stream.close_seconds}
+        except Exception as exc:
+            log.error("job %s failed in its encode: %s: %s", job.id, type(exc).__name__, exc)
+            self._fail(job, exc)
+            self._finished(job)
+            return
+        self._record_video(job, output, started, self.output_dir / f"{job.id}.mp4", info, time.perf_counter() - decoded)
+
+    def _record_video(
+        self, job: Job, output: GenerationOutput, started: float, path: Path, info: VideoInfo, encode_s: float
+    ) -> None:
+        job.output_frames = info.num_frames
+        job.file_path = path
+        job.inference_time_s = round(output.inference_time_s + encode_s, 4)
+        job.stage_durations = {
+            **{k: round(v, 4) for k, v in output.stage_durations.items()},
+            "encode": round(encode_s, 4),
+        }
+        job.peak_memory_mb = output.peak_memory_mb
+        if output.native_size != (job.params.width, job.params.height):
+            job.native_size = output.native_size
+        job.progress, job.status, job.completed_at = 100, JobStatus.COMPLETED, int(time.time())
+        total_s = time.perf_counter() - started
+        self.metrics.observe_success(
+            e2e_s=time.time() - job.created_at,
+            exec_s=total_s,
+            per_step_s=output.stage_durations["denoise"] / max(1, job.params.num_inference_steps),
+            postprocess_s=output.stage_durations["decode"] + encode_s,
+        )
+        self._finished(job)
+
+    def _finished(self, job: Job) -> None:
+        with self._lock:
+            self._running.discard(job.id)
+        job.done.set()
+        self._update_gauges()
+        for listener in self._listeners:
+            try:
+                listener(job)
+            except Exception:
+                log.exception("job listener failed")

@@ -1,0 +1,89 @@
+"""This process's rank, as the denoising loop and the generator use it: which half of guidance it runs, its
+sequence group, the guidance exchange, and keeping the followers in step with the leader."""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from studio.engine.parallel.groups import RankGroups, gather_along_first
+from studio.engine.parallel.layout import RankLayout
+from studio.engine.parallel.messages import Kind, Message
+from studio.engine.parallel.sequence import SequenceGroup
+
+if TYPE_CHECKING:
+    from studio.engine.parallel.followers import Followers
+
+
+class OutOfStep(RuntimeError):
+    """A follower was told something other than what its loop expects: the ranks no longer run in step."""
+
+
+class ParallelRank:
+    """One rank of an engine spread over several: the leader (rank 0) holds `followers`; a follower holds
+    `leader`, its pipe from rank 0."""
+
+    def __init__(self, groups: RankGroups, followers: Followers | None = None, leader: Connection | None = None):
+        if (followers is None) == (leader is None):
+            raise ValueError("a rank is the leader (with followers) or a follower (with its leader's pipe)")
+        self.groups = groups
+        self.followers = followers
+        self.leader = leader
+
+    @property
+    def layout(self) -> RankLayout:
+        return self.groups.layout
+
+    @property
+    def is_leader(self) -> bool:
+        return self.followers is not None
+
+    @property
+    def splits_guidance(self) -> bool:
+        """Whether the two halves of classifier-free guidance run on two ranks."""
+        return self.layout.cfg_size > 1
+
+    @property
+    def runs_conditional(self) -> bool:
+        return self.layout.cfg_rank == 0
+
+    def sequence_group(self) -> SequenceGroup | None:
+        if self.groups.sequence is None:
+            return None
+        return SequenceGroup(self.groups.sequence, self.layout.ulysses_rank, self.layout.ulysses_degree)
+
+    def gather_guidance(self, half: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's half of the transformer's output -> (conditional, unconditional), the same on both
+        ranks of the guidance group, so each makes the same update."""
+        both = gather_along_first(half, self.groups.guidance, self.layout.cfg_size)
+        return both[0], both[1]
+
+    def tell(self, kind: Kind, payload: Any = None) -> None:
+        """The leader tells every follower (a follower's own calls come from its leader: nothing to tell)."""
+        if self.followers is not None:
+            self.followers.send(Message(kind, payload))
+
+    def agree(self, go_on: bool) -> bool:
+        """After each step: the leader's word on whether the loop goes on (it alone sees cancellations)."""
+        if self.followers is not None:
+            self.followers.send(Message("step", go_on))
+            return go_on
+        assert self.leader is not None
+        message = self.leader.recv()
+        if message.kind != "step":
+            raise OutOfStep(f"a follower expected the next step, was told {message.kind!r}")
+        return bool(message.payload)
+
+    def fail(self, reason: str) -> None:
+        """The ranks are out of step (a batch failed part-way on the leader): later calls fail at once. A
+        follower's failure ends its process, which its leader sees."""
+        if self.followers is not None:
+            self.followers.fail(reason)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """The leader stops its followers; every rank leaves the process groups."""
+        if self.followers is not None:
+            self.followers.stop(timeout_s)
+        self.groups.leave()

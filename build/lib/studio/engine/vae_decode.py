@@ -1,0 +1,194 @@
+"""The VAE decode of a denoised batch: in groups of a few batch sizes, one latent frame at a time, each item's
+frames handed over for encoding as they come; and the convolution layout that decodes fastest on a GPU."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from studio.engine.frames import finished_output, resize_frames, to_uint8_tensor, unpatchify_video
+from studio.engine.generation import BatchItem, GenerationCancelled, ResultCallback
+
+log = logging.getLogger(__name__)
+
+# Pixel-frames (frames x height x width) one VAE decode call may take when a batch decodes together: eight
+# 33-frame 320x192 videos; a 33-frame 832x480 video is decoded alone.
+DECODE_PIXEL_BUDGET = 8 * 33 * 320 * 192
+
+
+def decode_chunk(frames: int, width: int, height: int) -> int:
+    """Most videos one VAE decode call takes: a power of two, within the pixel budget."""
+    fit = max(1, DECODE_PIXEL_BUDGET // max(1, frames * width * height))
+    return 1 << (fit.bit_length() - 1)
+
+
+def decode_group_sizes(count: int, chunk: int) -> list[int]:
+    """Split `count` videos into decode calls of power-of-two sizes up to `chunk` (largest first), so the
+    VAE sees only a few batch sizes: 7 with chunk 8 -> [4, 2, 1]; 19 -> [8, 8, 2, 1]."""
+    sizes = []
+    while count > 0:
+        size = min(chunk, 1 << (count.bit_length() - 1))
+        sizes.append(size)
+        count -= size
+    return sizes
+
+
+def vae_conv_flags(device: str) -> Any:
+    """cuDNN picks the VAE's 3-D convolution algorithms by timing them on a GPU (once per shape, at warm-up);
+    its default heuristics are slower for these shapes. Only around the engine's VAE calls: a plain pipeline
+    call in the same process keeps torch's defaults."""
+    return torch.backends.cudnn.flags(enabled=True, benchmark=device == "cuda")
+
+
+def conv_weights_channels_last(module: torch.nn.Module, channels_last: bool) -> None:
+    """Convolution weights in channels-last order (cuDNN then runs the convolutions in that layout), or back."""
+    for conv in module.modules():
+        if isinstance(conv, (torch.nn.Conv2d, torch.nn.Conv3d)):
+            layout = torch.channels_last if conv.weight.dim() == 4 else torch.channels_last_3d
+            conv.weight.data = conv.weight.data.contiguous(
+                memory_format=layout if channels_last else torch.contiguous_format
+            )
+
+
+def pick_vae_memory_format(pipe: Any, native_w: int, native_h: int, frames: int) -> bool:
+    """Time one VAE decode of `frames` frames at the native size with the convolution weights as they are and
+    in channels-last order, and keep the faster. True: channels-last was kept."""
+    vae = pipe.vae
+    latent_frames = (frames - 1) // getattr(pipe, "vae_scale_factor_temporal", 4) + 1
+    factor = getattr(pipe, "vae_scale_factor_spatial", 8)
+    z = torch.randn(1, vae.config.z_dim, latent_frames, native_h // factor, native_w // factor, device="cuda")
+    z = z.to(vae.dtype)
+    times: dict[bool, float] = {}
+    with torch.inference_mode(), vae_conv_flags("cuda"):
+        for channels_last in (False, True):
+            conv_weights_channels_last(vae, channels_last)
+            vae.decode(z, return_dict=False)
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            vae.decode(z, return_dict=False)
+            torch.cuda.synchronize()
+            times[channels_last] = time.perf_counter() - started
+    channels_last = times[True] < times[False]
+    if not channels_last:
+        conv_weights_channels_last(vae, False)
+    log.info("VAE decode at %dx%dx%d: %.3f s as is, %.3f s channels-last", native_w, native_h, frames, *times.values())
+    return channels_last
+
+
+def vae_decode_chunks(vae: Any, z: torch.Tensor) -> Iterator[torch.Tensor]:
+    """`vae.decode(z)` (B, C, T, H, W) in pieces along time, in order: for Wan's causal VAE, the frames of
+    each latent frame as its decoder makes them (the same numbers as its whole decode, which runs the same
+    per-latent-frame loop and concatenates); for any other VAE, or a tiled decode, the whole video at once."""
+    decoder, post_quant_conv = getattr(vae, "decoder", None), getattr(vae, "post_quant_conv", None)
+    factor = getattr(vae, "spatial_compression_ratio", None)
+    tiled = (
+        getattr(vae, "use_tiling", False)
+        and factor is not None
+        and (z.shape[-1] > vae.tile_sample_min_width // factor or z.shape[-2] > vae.tile_sample_min_height // factor)
+    )
+    if type(vae).__name__ != "AutoencoderKLWan" or tiled or not hasattr(vae, "clear_cache") or decoder is None:
+        yield vae.decode(z, return_dict=False)[0]
+        return
+    patch_size = vae.config.patch_size
+    vae.clear_cache()
+    try:
+        x = post_quant_conv(z)
+        for i in range(x.shape[2]):
+            # AutoencoderKLWan decodes latent frame by latent frame only inside `decode`, which returns the whole
+            # video; its causal cache (`_feat_map`, `_conv_idx`) is what that loop passes to the decoder, so the
+            # same loop is run here with it, a frame at a time.
+            vae._conv_idx = [0]
+            out = decoder(x[:, :, i : i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx, first_chunk=i == 0)
+            if patch_size is not None:
+                out = unpatchify_video(out, patch_size)
+            yield torch.clamp(out, min=-1.0, max=1.0)
+    finally:
+        vae.clear_cache()
+
+
+def decode_batch(
+    vae: Any,
+    items: Sequence[BatchItem],
+    latents: torch.Tensor,
+    alive: list[bool],
+    on_result: ResultCallback,
+    native_size: tuple[int, int],
+    device: str,
+    started: float,
+    denoise_end: float,
+) -> None:
+    """Decode the denoised latents of the items still alive, group by group, and answer each item as its group
+    is done (an item cancelled since is answered GenerationCancelled, where its whole group is)."""
+    z_dim = vae.config.z_dim
+    mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(latents.device, vae.dtype)
+    inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(latents.device, vae.dtype)
+    first = items[0].params
+    native_w, native_h = native_size
+    pending = [i for i in range(len(items)) if alive[i]]
+    groups = []
+    for size in decode_group_sizes(len(pending), decode_chunk(first.num_frames, native_w, native_h)):
+        groups.append(pending[:size])
+        pending = pending[size:]
+    denoise_s = denoise_end - started
+    for group in groups:
+        if all(items[i].stopped() for i in group):
+            for i in group:
+                on_result(i, GenerationCancelled())
+            continue
+        decode_start = time.perf_counter()
+        z = latents[group].to(vae.dtype) / inv_std + mean
+        frames = decode_streaming(vae, z, [items[i] for i in group], device)
+        finished = time.perf_counter()
+        for row, i in enumerate(group):
+            output = finished_output(
+                frames[row],
+                items[i].params,
+                device,
+                finished - started,
+                denoise_s,
+                finished - decode_start,
+                len(items),
+            )
+            on_result(i, output)
+
+
+def decode_streaming(vae: Any, z: torch.Tensor, items: Sequence[BatchItem], device: str) -> np.ndarray:
+    """Decode latents (B, ...) to uint8 frames (B, T, H, W, 3), handing each item's frames to its
+    `on_frames` as every latent frame is decoded. On a GPU the next latent frame is already queued while the
+    previous one's frames travel to the host, so the device does not wait for the hand-over."""
+    width, height = items[0].params.width, items[0].params.height
+    chunks: list[np.ndarray] = []
+    in_flight: tuple[torch.Tensor, Any] | None = None
+
+    def hand_over(host: torch.Tensor, ready: Any) -> None:
+        if ready is not None:
+            ready.synchronize()
+        frames = host.numpy()
+        if frames.shape[3] != width or frames.shape[2] != height:
+            frames = np.stack([resize_frames(video, width, height) for video in frames])
+        chunks.append(frames)
+        for row, item in enumerate(items):
+            if item.on_frames is not None:
+                item.on_frames(frames[row])
+
+    with vae_conv_flags(device):
+        for video in vae_decode_chunks(vae, z):
+            frames = to_uint8_tensor(video)
+            if device == "cuda":
+                host = torch.empty(frames.shape, dtype=torch.uint8, pin_memory=True)
+                host.copy_(frames, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record()
+            else:
+                host, ready = frames, None
+            if in_flight is not None:
+                hand_over(*in_flight)
+            in_flight = (host, ready)
+        if in_flight is not None:
+            hand_over(*in_flight)
+    return np.concatenate(chunks, axis=1)

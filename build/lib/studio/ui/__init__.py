@@ -1,0 +1,1 @@
+"""The Gradio page: layout and thin handlers over studio.backend."""

@@ -1,0 +1,167 @@
+"""The Bench tab: the bench's form (named by the fields of the bench's model, which checks it), progress, the
+cells table, the recommendation and the PNG plots the bench wrote; after a layout bench, a fleet of it applied to
+the studio (asked first: it restarts the servers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from studio import tiers
+from studio.backend.bench_config import BenchConfig
+from studio.backend.controller import StudioController
+from studio.ui import bench_view
+from studio.ui.identity import PageAccess
+
+INTRO = (
+    "Measure the endpoints this studio uses (the Server view): every tier x guardrails x concurrency cell, closed "
+    "loop (or open loop at a request rate), warm-up excluded. The same engine as `omni-studio bench`. Other work "
+    "sent meanwhile skews the figures. With layouts or variants, the bench stops the studio's servers (their GPUs "
+    "are needed), runs the cells on each fleet in turn, and starts the servers again as they were; requests "
+    "running on them then fail."
+)
+VARIANTS_EXAMPLE = 'base = ""\nteacache = "--cache-backend tea_cache"\neager = "--enforce-eager"'
+
+
+# Fewer than the CLI's default: someone at the page waits for the result.
+PAGE_REQUESTS = 8
+
+
+def described(name: str) -> str | None:
+    """A bench setting's description, written once on the model, as the field's help under its label."""
+    return BenchConfig.model_fields[name].description
+
+
+def default(name: str) -> Any:
+    return BenchConfig.model_fields[name].get_default(call_default_factory=True)
+
+
+def bench_form(controller: StudioController) -> dict[str, gr.Component]:
+    """The form's inputs, laid out, keyed by BenchConfig's field names."""
+    settings = controller.settings
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        form["requests"] = gr.Number(
+            value=PAGE_REQUESTS,
+            precision=0,
+            label="Requests per cell",
+            elem_id="bench-requests",
+        )
+        form["concurrencies"] = gr.Textbox(
+            value=",".join(map(str, default("concurrencies"))),
+            label="Concurrency (comma list)",
+            info=described("concurrencies"),
+            elem_id="bench-concurrency",
+        )
+        form["tiers"] = gr.CheckboxGroup(
+            list(tiers.TIERS), value=[settings.default_tier], label="Tiers", elem_id="bench-tiers"
+        )
+        form["guardrails"] = gr.CheckboxGroup(
+            ["on", "off"],
+            value=["on" if on else "off" for on in default("guardrails")],
+            label="Guardrails",
+            elem_id="bench-guardrails",
+        )
+    with gr.Row():
+        form["aspect"] = gr.Dropdown(
+            list(tiers.ASPECTS), value=default("aspect"), label="Aspect", elem_id="bench-aspect"
+        )
+        form["frames"] = gr.Number(
+            value=controller.default_frames(settings.default_tier), precision=0, label="Frames", elem_id="bench-frames"
+        )
+        form["steps"] = gr.Number(
+            value=settings.default_steps or tiers.DEFAULT_STEPS, precision=0, label="Steps", elem_id="bench-steps"
+        )
+        form["request_rate"] = gr.Number(value=0, label="Request rate /s (0: closed loop)", elem_id="bench-rate")
+        form["warmup"] = gr.Number(
+            value=default("warmup"),
+            precision=0,
+            label="Warm-up requests",
+            info=described("warmup"),
+            elem_id="bench-warmup",
+        )
+        form["slo_s"] = gr.Number(value=0, label="SLO seconds (0: none)", elem_id="bench-slo")
+    with gr.Row():
+        form["layouts"] = gr.Textbox(
+            value="",
+            label="Layouts (REPLICASxWIDTH, comma list; empty: the studio's servers as they are)",
+            info=described("layouts"),
+            elem_id="bench-layouts",
+        )
+        form["variants"] = gr.Textbox(
+            value="",
+            lines=3,
+            label='Server variants (name = "extra serve args", a line each; empty: the settings as they are)',
+            placeholder=VARIANTS_EXAMPLE,
+            info=described("variants"),
+            elem_id="bench-variants",
+        )
+    form["prompts"] = gr.Textbox(
+        value="", lines=2, label="Prompts (one per line; empty: the built-in ones)", elem_id="bench-prompts"
+    )
+    return form
+
+
+def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
+    """The operator's tab: a bench loads every server of the studio, so only an operator may run one."""
+    gr.Markdown(INTRO)
+    form = bench_form(controller)
+    run = gr.Button("Run bench", variant="primary", elem_id="bench-run")
+    status = gr.Markdown("", elem_id="bench-status")
+    summary = gr.Dataframe(
+        bench_view.BenchUpdate("").summary, interactive=False, elem_id="bench-summary", label="Cells"
+    )
+    recommendation = gr.Markdown("", elem_id="bench-recommendation")
+    with gr.Row():
+        fleet = gr.Dropdown(
+            [],
+            label="Fleet to apply (after a bench with layouts or variants; the recommended one first)",
+            interactive=True,
+            elem_id="bench-apply-choice",
+        )
+        apply = gr.Button("Apply this layout", elem_id="bench-apply", scale=0)
+    with gr.Row(visible=False, elem_id="bench-apply-ask") as ask:
+        question = gr.Markdown("", elem_id="bench-apply-question")
+        confirm = gr.Button("Yes, restart the servers", variant="stop", elem_id="bench-apply-confirm", scale=0)
+        cancel = gr.Button("Cancel", elem_id="bench-apply-cancel", scale=0)
+    applied = gr.Markdown("", elem_id="bench-apply-result")
+    # One plot per row, whole: their axes and legends are readable without opening each one.
+    plots = gr.Gallery(label="Plots", columns=1, height="auto", object_fit="contain", elem_id="bench-plots")
+    report = gr.File(label="report.json", interactive=False, elem_id="bench-report")
+
+    @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report, fleet], api_name="bench")
+    async def on_bench(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
+        access.require_operator(request, profile, action="run a bench")
+        async for update in bench_view.run_bench_view(controller, values):
+            shown = {
+                status: update.status,
+                summary: update.summary,
+                recommendation: update.recommendation,
+                plots: update.plots,
+                report: update.report,
+            }
+            if update.fleets:
+                shown[fleet] = gr.Dropdown(choices=list(update.fleets), value=update.recommended)
+            yield shown
+
+    @apply.click(inputs_kwargs={"label": fleet}, outputs=[ask, question, applied], api_visibility="private")
+    def on_ask(label: str | None, request: gr.Request, profile: gr.OAuthProfile | None):
+        access.require_operator(request, profile, action="apply a layout")
+        chosen = bench_view.benched_fleet(controller, label)
+        if chosen is None:
+            return {ask: gr.Row(visible=False), applied: "pick a fleet of the last bench with layouts or variants"}
+        return {ask: gr.Row(visible=True), question: bench_view.apply_question(chosen), applied: ""}
+
+    @confirm.click(inputs_kwargs={"label": fleet}, outputs=[ask, applied], api_name="apply_layout")
+    def on_apply(label: str | None, request: gr.Request, profile: gr.OAuthProfile | None):
+        access.require_operator(request, profile, action="apply a layout")
+        chosen = bench_view.benched_fleet(controller, label)
+        if chosen is None:
+            return {ask: gr.Row(visible=False), applied: "pick a fleet of the last bench with layouts or variants"}
+        return {ask: gr.Row(visible=False), applied: bench_view.apply_fleet(controller, chosen)}
+
+    @cancel.click(outputs=ask, api_visibility="private")
+    def on_cancel(request: gr.Request, profile: gr.OAuthProfile | None):
+        access.require_operator(request, profile, action="apply a layout")
+        return gr.Row(visible=False)

@@ -1,0 +1,273 @@
+"""The page's Bench view: the cells of `omni-studio bench` (tier x guardrails x concurrency), run by the same
+engine (studio.backend.bench) with progress while it runs and the report, table, recommendation and plots at the
+end. Without layouts or variants the cells run on the studio's own endpoints (bench_pool); with them, on each
+fleet (layout x variant) in turn (bench_fleets), the studio's own servers stopped meanwhile (the fleets need
+their GPUs) and started again after; one of the fleets can then be applied to the studio. The form is checked
+by the bench's own model (bench_config.py), as the CLI's flags are. No gradio here: bench_tab.py lays it out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from studio.backend.bench import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
+from studio.backend.bench_config import BenchConfig, BenchConfigError, parse_bench_config
+from studio.backend.bench_fleets import plan_bench
+from studio.backend.controller import StudioController
+from studio.backend.layouts import LayoutError
+from studio.backend.variants import VariantError
+
+PLOT_FILES = ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png", PARETO_PLOT)
+# Report keys shown in the cells table, under the column names the table gives them (those the report has).
+SUMMARY_COLUMNS = {
+    "layout": "layout",
+    "variant": "variant",
+    "tier": "tier",
+    "guardrails": "guardrails",
+    "concurrency": "concurrency",
+    "endpoints": "endpoints",
+    "completed": "completed",
+    "failed": "failed",
+    "latency_p50_s": "p50 s",
+    "latency_p90_s": "p90 s",
+    "latency_p99_s": "p99 s",
+    "latency_max_s": "max s",
+    "queue_wait_mean_s": "queue wait s (at least)",
+    "inference_mean_s": "inference s (at most)",
+    "videos_per_min": "videos/min",
+    "videos_per_min_per_device": "videos/min per device",
+    "goodput": "goodput",
+    "pareto": "Pareto set",
+}
+# Shown until a bench has run: the columns of a bench on the studio's own servers.
+FLEET_ONLY = ("layout", "variant", "videos_per_min_per_device", "pareto")
+
+
+@dataclass(frozen=True)
+class BenchUpdate:
+    """What the Bench tab shows, while the bench runs and once at the end."""
+
+    status: str
+    summary: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(
+            columns=[name for key, name in SUMMARY_COLUMNS.items() if key not in FLEET_ONLY]
+        )
+    )
+    recommendation: str = ""
+    plots: list[str] = field(default_factory=list)  # the PNGs the bench wrote
+    report: str | None = None  # report.json
+    # The fleets that ran, by label (the report's records), and the one recommended for the first tier.
+    fleets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recommended: str | None = None
+
+
+def _text(value: str) -> str:
+    """Text shown in Markdown: markup escaped, quotes kept readable."""
+    return html.escape(value, quote=False)
+
+
+_busy: set[int] = set()  # ids of controllers running a bench now
+_benched: dict[int, dict[str, dict[str, Any]]] = {}  # the fleets of each controller's last layout bench, by label
+
+
+NO_SLO = "no SLO set: goodput is the share within it"
+
+
+def summary_table(report: dict[str, Any]) -> pd.DataFrame:
+    cells = report["cells"]
+    keys = [key for key in SUMMARY_COLUMNS if key not in FLEET_ONLY or any(key in cell for cell in cells)]
+    table = pd.DataFrame(cells, columns=keys).rename(columns=SUMMARY_COLUMNS)
+    table["guardrails"] = table["guardrails"].map({True: "on", False: "off"})
+    if "Pareto set" in table:
+        table["Pareto set"] = table["Pareto set"].map({True: "yes", False: ""})
+    table = table.round(2)
+    if table["goodput"].isna().all():
+        table["goodput"] = NO_SLO  # a blank column would look like a failure to measure
+    return table
+
+
+def _refused(reason: str) -> BenchUpdate:
+    return BenchUpdate(f"**bench not started**: {_text(reason)}")
+
+
+async def run_bench_view(controller: StudioController, form: Mapping[str, Any]) -> AsyncIterator[BenchUpdate]:
+    """Progress while the bench runs, then its results. `form`: the bench model's field names and values.
+    One bench at a time per studio; generation from the Generate view at the same time skews it."""
+    try:
+        config = parse_bench_config(form)
+    except BenchConfigError as exc:
+        yield _refused(str(exc))
+        return
+    if id(controller) in _busy:
+        yield _refused("a bench is already running in this studio")
+        return
+    _busy.add(id(controller))
+    try:
+        if config.layouts or config.variants:
+            async for update in _fleet_bench(controller, config):
+                yield update
+        else:
+            async for update in _studio_bench(controller, config):
+                yield update
+    finally:
+        _busy.discard(id(controller))
+
+
+def _out(controller: StudioController) -> Path:
+    return Path(controller.store.root) / "bench" / time.strftime("%Y%m%d_%H%M%S")
+
+
+def _with_frames(controller: StudioController, config: BenchConfig) -> BenchConfig:
+    if config.frames is not None:
+        return config
+    return config.model_copy(update={"frames": controller.default_frames(config.tiers[0])})
+
+
+async def _progress(task: asyncio.Task, cells: int, progress: dict[str, tuple[int, int]], stage: list[str]):
+    """A status line a second while the bench runs."""
+    started = time.monotonic()
+    while not task.done():
+        await asyncio.wait({task}, timeout=1.0)
+        if progress:
+            label, (done, total) = list(progress.items())[-1]
+            status = f"running cell {len(progress)} of {cells}: {_text(label)}: {done}/{total} requests done"
+        else:
+            status = "starting ..."
+        if stage:
+            status = f"{_text(stage[-1])} · {status}" if progress else _text(stage[-1])
+        yield BenchUpdate(f"{status} · {time.monotonic() - started:.0f} s")
+
+
+def _results(report: dict[str, Any], out: Path, took_s: float, cells: int, note: str = "") -> BenchUpdate:
+    fleets = {record["label"]: record for record in report.get("fleets", []) if not record.get("error")}
+    chosen = next(iter(report.get("recommendations", [])), {})
+    recommended = f"{chosen['layout']} {chosen['variant']}" if chosen.get("layout") else None
+    lines = [f"- {_text(line)}" for line in report["recommendation"]]
+    lines += [
+        f"- {_text(record['label'])} did not start: {_text(record['error'])}"
+        for record in report.get("fleets", [])
+        if record.get("error")
+    ]
+    return BenchUpdate(
+        status=f"done in {took_s:.0f} s: {cells} cell(s); report in `{_text(str(out))}`{note}",
+        summary=summary_table(report),
+        recommendation="\n".join(lines),
+        plots=[str(out / name) for name in PLOT_FILES if (out / name).is_file()],
+        report=str(out / "report.json"),
+        fleets=fleets,
+        recommended=recommended if recommended in fleets else next(iter(fleets), None),
+    )
+
+
+async def _studio_bench(controller: StudioController, config: BenchConfig) -> AsyncIterator[BenchUpdate]:
+    """The cells on the studio's own endpoints, as they serve."""
+    if controller.starting:
+        yield BenchUpdate("waiting for the engine to be ready ...")
+        await controller.wait_until_ready()
+    if not controller.ready() or controller.pool is None:
+        yield _refused(controller.engine_summary())
+        return
+    config = _with_frames(controller, config)
+    out = _out(controller)
+    cells = len(cell_grid(config))
+    progress: dict[str, tuple[int, int]] = {}
+
+    def on_progress(label: str, done: int, total: int) -> None:
+        progress[label] = (done, total)
+
+    started = time.monotonic()
+    task = asyncio.create_task(
+        bench_pool(controller.pool, controller.store, controller.settings, config, out, on_progress)
+    )
+    async for update in _progress(task, cells, progress, []):
+        yield update
+    try:
+        report = task.result()
+    except Exception as exc:  # shown in the page; nothing of the bench's finished requests is lost (history)
+        yield BenchUpdate(f"**bench failed**: {_text(f'{type(exc).__name__}: {exc}')}")
+        return
+    yield _results(report, out, time.monotonic() - started, cells)
+
+
+async def _fleet_bench(controller: StudioController, config: BenchConfig) -> AsyncIterator[BenchUpdate]:
+    """Each fleet in turn, the studio's own servers stopped meanwhile and started again after."""
+    if not controller.managed:
+        yield _refused("layouts and variants are fleets the bench starts; this studio attaches to remote servers")
+        return
+    yield BenchUpdate("checking the layouts and variants ...")
+    try:  # a variant's flags are read from the installed server's help: seconds for vLLM
+        fleets = await asyncio.to_thread(plan_bench, controller.settings, config)
+    except (LayoutError, VariantError) as exc:
+        yield _refused(str(exc))
+        return
+    config = _with_frames(controller, config)
+    out = _out(controller)
+    cells = len(cell_grid(config)) * len(fleets)
+    progress: dict[str, tuple[int, int]] = {}
+    stage: list[str] = []
+
+    def on_progress(label: str, done: int, total: int) -> None:
+        progress[label] = (done, total)
+
+    yield BenchUpdate("stopping the studio's servers: the fleets need their GPUs ...")
+    await asyncio.to_thread(controller.stop)
+    started = time.monotonic()
+    task = asyncio.create_task(
+        bench_fleets(fleets, controller.store, controller.settings, config, out, on_progress, stage.append)
+    )
+    try:
+        async for update in _progress(task, cells, progress, stage):
+            yield update
+    finally:
+        if not task.done():  # the page went away: the fleet running now stops before the studio starts again
+            task.cancel()
+            await asyncio.wait({task})
+        controller.start_in_background()  # the studio serves again as it was, until a fleet is applied
+    try:
+        report = task.result()
+    except Exception as exc:  # shown in the page; nothing of the bench's finished requests is lost (history)
+        yield BenchUpdate(f"**bench failed**: {_text(f'{type(exc).__name__}: {exc}')}")
+        return
+    note = "; the studio's servers start again as they were"
+    update = _results(report, out, time.monotonic() - started, cells, note)
+    _benched[id(controller)] = update.fleets
+    yield update
+
+
+def benched_fleet(controller: StudioController, label: str | None) -> dict[str, Any] | None:
+    """A fleet of this studio's last layout bench, by its label ("2x1 base"), or None."""
+    return _benched.get(id(controller), {}).get(label or "")
+
+
+def apply_question(fleet: Mapping[str, Any]) -> str:
+    """What the confirmation says before a fleet is applied."""
+    return (
+        f"Restart the studio's servers as **{_text(fleet['label'])}**: {fleet['replicas']} replica(s), width "
+        f"{fleet['width']}, extra serve args `{_text(fleet['serve_args'] or 'none')}`? Requests running on "
+        "the servers now fail; those waiting are sent when the new servers are ready."
+    )
+
+
+def apply_fleet(controller: StudioController, fleet: Mapping[str, Any]) -> str:
+    """The studio's servers as this fleet of a bench: its replicas, width and serve args, started in the
+    background (the page follows it in the Server view)."""
+    if id(controller) in _busy:
+        return "not applied: a bench is running in this studio"
+    settings = controller.settings.model_copy(
+        update={
+            "replicas": fleet["replicas"],
+            "tensor_parallel_size": fleet["width"],
+            "extra_serve_args": fleet["serve_args"],
+        }
+    )
+    controller.apply_settings(settings)
+    controller.start_in_background()
+    return f"applied {_text(fleet['label'])}: the studio's servers are starting (the Server view follows them)"

@@ -1,0 +1,279 @@
+"""The Generate tab: the form, the requests of this studio (table, statistics, gallery, figures) and cancel.
+
+The form's components are named by the fields handlers.build_spec reads, and reach the handler by those names
+(`inputs_kwargs`): the same names are the `/generate` endpoint's parameters for API clients.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from studio import tiers
+from studio.backend.controller import StudioController
+from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
+from studio.backend.cosmos_framework_client import GUARDRAILS_AT_START
+from studio.backend.spec import MAX_CONCURRENCY, SeedPolicy
+from studio.backend.stats import summarize
+from studio.ui import figures, gallery, handlers, tables
+from studio.ui.identity import EVERYONE, MINE, PageAccess
+
+EXAMPLES = [
+    "a red circle moving left on a white background",
+    "two blue squares moving up on black",
+    "a yellow triangle moving right on a gray background",
+    "a green circle growing on a white background",
+]
+REFRESH_S = 1.0
+
+
+@dataclass(frozen=True)
+class GenerateTab:
+    status: gr.Markdown  # the status line, also where the Server tab's buttons answer
+
+
+def generate_form(controller: StudioController) -> dict[str, gr.Component]:
+    """The form's inputs, laid out, keyed by the fields of handlers.build_spec."""
+    settings = controller.settings
+    prompts = gr.Textbox(label="Prompts (one per line)", lines=3, elem_id="prompt", placeholder=EXAMPLES[0])
+    gr.Examples(EXAMPLES, inputs=[prompts], label="Examples")
+    form: dict[str, gr.Component] = {
+        "prompts": prompts,
+        "negative_prompt": gr.Textbox(value="", label="Negative prompt", elem_id="negative"),
+    }
+    with gr.Row():
+        form["tier"] = gr.Radio(list(tiers.TIERS), value=settings.default_tier, label="Tier", elem_id="tier")
+        form["aspect"] = gr.Dropdown(list(tiers.ASPECTS), value="16:9", label="Aspect", elem_id="aspect")
+    with gr.Row():
+        # Limits are checked by the back end, which says what is wrong in the status line.
+        form["frames"] = gr.Number(
+            value=controller.default_frames(settings.default_tier), label="Frames", precision=0, elem_id="frames"
+        )
+        form["fps"] = gr.Radio(
+            [str(f) for f in tiers.FPS_CHOICES], value=str(tiers.DEFAULT_FPS), label="fps", elem_id="fps"
+        )
+    with gr.Row():
+        form["steps"] = gr.Number(
+            value=settings.default_steps or tiers.DEFAULT_STEPS, label="Steps", precision=0, elem_id="steps"
+        )
+        form["guidance"] = gr.Number(value=tiers.DEFAULT_GUIDANCE, label="Guidance", elem_id="guidance")
+    with gr.Row():
+        form["seed"] = gr.Textbox(value="", label="Seed (empty: random)", elem_id="seed")
+        form["seed_policy"] = gr.Radio(
+            [policy.value for policy in SeedPolicy],
+            value=SeedPolicy.INCREMENT.value,
+            label="Seed per copy",
+            elem_id="seed-policy",
+        )
+    with gr.Row():
+        form["copies"] = gr.Number(value=1, label="Copies per prompt", precision=0, elem_id="copies")
+        form["concurrency"] = gr.Slider(
+            1, MAX_CONCURRENCY, value=4, step=1, label="Concurrency (in flight)", elem_id="concurrency"
+        )
+    with gr.Row():
+        # The Cosmos Framework server sets guardrails when it starts: the switch shows that, and cannot be used.
+        fixed_guardrails = settings.engine == COSMOS_FRAMEWORK
+        form["guardrails"] = gr.Checkbox(
+            value=True,
+            label="Guardrails",
+            info=GUARDRAILS_AT_START if fixed_guardrails else None,
+            interactive=not fixed_guardrails,
+            elem_id="guardrails",
+        )
+        form["sound"] = gr.Checkbox(value=False, label="Sound (models that have it)", elem_id="sound")
+    form["image"] = gr.Image(
+        type="filepath", sources=["upload"], label="Image for image-to-video", elem_id="image", height=160
+    )
+    return form
+
+
+def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
+    """The three plots, empty until a request finishes. Built once: updates send them data only (figures.py)."""
+    with gr.Row():
+        latency = gr.LinePlot(
+            x=figures.LATENCY,
+            y=figures.WITHIN,
+            title="Latency distribution",
+            y_lim=[0, 100],
+            label="Latency",
+            show_label=False,
+            elem_id="latency-plot",
+        )
+        throughput = gr.LinePlot(
+            x=figures.ELAPSED,
+            y=figures.THROUGHPUT,
+            title=f"Throughput over time (per {figures.THROUGHPUT_WINDOW_S:.0f} s)",
+            y_lim=[0, None],
+            label="Throughput",
+            show_label=False,
+            elem_id="throughput-plot",
+        )
+    # Full width: up to figures.TIMELINE_REQUESTS bars, and a legend entry per phase.
+    timeline = gr.BarPlot(
+        x=figures.REQUEST,
+        y=figures.SECONDS,
+        color=figures.PHASE,
+        color_map=figures.PHASE_COLORS,
+        colors_in_legend=figures.LEGEND,
+        tooltip=[figures.REQUEST_ID],
+        title="Request timeline",
+        x_title="requests, in the order they were sent",
+        y_title="seconds since the first request",
+        x_axis_labels_visible=False,  # a number per bar overlaps past a few dozen; the tooltip names each
+        label="Timeline",
+        show_label=False,
+        elem_id="timeline-plot",
+    )
+    return latency, timeline, throughput
+
+
+def build_generate_tab(
+    controller: StudioController, access: PageAccess, engine_status: gr.Markdown, show: gr.Radio
+) -> GenerateTab:
+    """The tab; every event shows and touches only the work of the visitor asking (an operator's: everyone's
+    where their `show` switch says so)."""
+    board = controller.board
+    with gr.Row():
+        with gr.Column(scale=2):
+            form = generate_form(controller)
+            with gr.Row():
+                generate = gr.Button("Generate", variant="primary", elem_id="generate")
+                cancel_all = gr.Button("Cancel all", variant="stop", elem_id="cancel-all")
+            status = gr.Markdown("", elem_id="status")
+            standing = gr.Markdown("", elem_id="standing")
+        with gr.Column(scale=3):
+            video = gr.Video(label="Selected video", elem_id="video", autoplay=True, loop=True, interactive=False)
+            details = gr.Markdown("", elem_id="details")
+            download = gr.DownloadButton("Download mp4", visible=False, elem_id="download")
+            tiles = gr.Gallery(
+                label="Finished, newest first", columns=3, height=360, allow_preview=False, elem_id="gallery"
+            )
+    # Built empty: a component's first value is part of the page every visitor loads.
+    counts = gr.Markdown("", elem_id="stats")
+    stats = gr.Dataframe(
+        tables.stats_table(summarize([])), interactive=False, elem_id="stats-table", label="Statistics"
+    )
+    requests = gr.Dataframe(
+        tables.frame([], tables.REQUEST_COLUMNS),
+        interactive=False,
+        wrap=True,
+        column_widths=tables.REQUEST_COLUMN_WIDTHS,  # within the page's width: long notes wrap, nothing scrolls
+        elem_id="requests",
+        label="Requests",
+    )
+    with gr.Row():
+        cancel_id = gr.Textbox(label="Request id (select a row)", elem_id="cancel-id", scale=3)
+        cancel_one = gr.Button("Cancel request", elem_id="cancel-one", scale=1)
+    latency_plot, timeline_plot, throughput_plot = figure_plots()
+    seen_version = gr.State(-1)
+    seen_finished = gr.State(-1)
+
+    @generate.click(inputs_kwargs=form, outputs=status, concurrency_limit=None, api_name="generate")
+    async def on_generate(
+        request: gr.Request, profile: gr.OAuthProfile | None, image: str | None = None, **values: Any
+    ) -> str:
+        # `image` named with its default: API callers may leave the optional upload out.
+        visitor = access.require(request, profile)
+        return await handlers.submit(controller, {**values, "image": image}, visitor)
+
+    @cancel_all.click(inputs_kwargs={"show": show}, outputs=status, api_name="cancel_all")
+    async def on_cancel_all(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE):
+        visitor = access.require(request, profile)
+        async for line in handlers.cancel_all(board, visitor, everyone=show == EVERYONE):
+            yield line
+
+    @cancel_one.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="cancel")
+    async def on_cancel_one(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str):
+        visitor = access.require(request, profile)
+        async for line in handlers.cancel_request(board, request_id, visitor):
+            yield line
+
+    @requests.select(outputs=cancel_id, api_visibility="private")
+    def on_request_select(evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None) -> str:
+        # The table shows short ids; the box gets the full one, which names the request wherever it is used.
+        visitor = access.require(request, profile)
+        row = evt.row_value or []
+        if not row:
+            return ""
+        return handlers.full_request_id(board, str(row[0]), None if visitor.operator else visitor) or str(row[0])
+
+    @tiles.select(outputs=[video, details, download], api_visibility="private")
+    def on_tile_select(
+        evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
+        visitor = access.require(request, profile)
+        found = board.find(gallery.request_id_in(evt.value) or "")
+        if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
+            return {}
+        view = found[1]
+        return {
+            video: str(view.video_path),
+            details: tables.details_markdown(view),
+            download: gr.DownloadButton(value=str(view.video_path), visible=True),
+        }
+
+    # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
+    # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
+    @gr.Timer(REFRESH_S).tick(
+        inputs=[seen_version, seen_finished, show],
+        outputs=[
+            engine_status,
+            requests,
+            counts,
+            standing,
+            stats,
+            tiles,
+            latency_plot,
+            timeline_plot,
+            throughput_plot,
+            seen_version,
+            seen_finished,
+        ],
+        show_progress="hidden",
+        api_visibility="private",
+    )
+    def refresh(
+        version: Any, finished_seen: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
+        updates: dict[gr.Component, Any] = {engine_status: html.escape(controller.engine_summary())}
+        visitor = access.visitor(request, profile)
+        if visitor is None:  # not signed in: nothing of anyone's
+            return updates
+        scope = access.scope(visitor, shown)
+        # Read before the board: a change made while this runs shows on the next tick. The version a tick saw is
+        # kept with the view it was for, so switching between mine and everyone draws the other view in full.
+        current, finished = (board.version, shown), (len(board.finished_order), shown)
+        active = board.active(scope)
+        if current == version and finished == finished_seen and not active:
+            return updates
+        summary = board.summary(scope)
+        updates.update(
+            {
+                requests: tables.request_table(board, scope),
+                counts: tables.counts_line(summary, len(active)),
+                standing: tables.standing_line(controller.standing(visitor)),
+                seen_version: current,
+            }
+        )
+        if finished != finished_seen:
+            page_figures = figures.page_figures(board, scope)
+            updates.update(
+                {
+                    stats: tables.stats_table(summary),
+                    tiles: gallery.gallery_items(board.done_newest_first(scope)),
+                    seen_finished: finished,
+                }
+            )
+            for plot, data in (
+                (latency_plot, page_figures.latency),
+                (timeline_plot, page_figures.timeline),
+                (throughput_plot, page_figures.throughput),
+            ):
+                if not data.empty:  # a plot's first data decides its colours: see figures.py
+                    updates[plot] = data
+        return updates
+
+    return GenerateTab(status=status)

@@ -1,0 +1,303 @@
+"""What the page's actions do, a few lines each over StudioController: submit a run, re-run one from history,
+export one. The tables and figures they show are tables.py and figures.py; no layout here (the *_tab.py
+modules) and no server logic (studio.backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import html
+import io
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+from pydantic import ValidationError
+
+from studio import tiers
+from studio.backend.board import RequestBoard
+from studio.backend.controller import StudioController
+from studio.backend.request_state import RequestState, RequestView
+from studio.backend.spec import MAX_SEED, RunSpec
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+from studio.tiers import TierError
+from studio.ui import tables
+
+MAX_UPLOAD_BYTES = 20 * 2**20
+UPLOAD_FORMATS = ("BMP", "JPEG", "PNG", "WEBP")  # Pillow's names of the formats an engine reads as a first frame
+
+
+# The form's words for the fields the models check, where a model's field name is not what the page shows.
+FIELD_LABELS = {
+    "negative_prompt": "negative prompt",
+    "num_inference_steps": "steps",
+    "guidance_scale": "guidance",
+    "num_frames": "frames",
+    "seed_policy": "seed per copy",
+    "copies": "copies per prompt",
+    "input_reference": "image",
+    "generate_sound": "sound",
+}
+
+
+def describe_error(exc: Exception) -> str:
+    """A checking error in the form's words: each field by its label, then what is wrong with it."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors():
+            field = ".".join(str(FIELD_LABELS.get(str(p), p)) for p in err["loc"])
+            message = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "string_too_long":
+                given = err.get("input")
+                message = f"at most {err['ctx']['max_length']} characters" + (
+                    f", got {len(given)}" if isinstance(given, str) else ""
+                )
+            parts.append(f"{field}: {message}" if field and field not in ("prompts",) else message)
+        return "; ".join(parts)
+    return str(exc)
+
+
+# ---- Generate --------------------------------------------------------------------------------------
+def upload_suffixes() -> list[str]:
+    return sorted(suffix for suffix, name in Image.registered_extensions().items() if name in UPLOAD_FORMATS)
+
+
+def check_upload(path: str | None) -> Path | None:
+    """An image for image-to-video: by its name and by what Pillow reads in it, one of UPLOAD_FORMATS, under
+    the size limit."""
+    if not path:
+        return None
+    file = Path(path)
+    suffixes = upload_suffixes()
+    if file.suffix.lower() not in suffixes:
+        raise ValueError(f"the upload must be an image ({', '.join(suffixes)}), got {file.name!r}")
+    if file.stat().st_size > MAX_UPLOAD_BYTES:
+        raise ValueError(f"the image is larger than {MAX_UPLOAD_BYTES // 2**20} MB")
+    try:
+        with Image.open(file, formats=UPLOAD_FORMATS) as image:
+            image.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise ValueError(f"{file.name!r} is not a readable image") from exc
+    return file
+
+
+def parse_seed(value: Any) -> int | None:
+    text = str(value if value is not None else "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"seed must be a whole number from 0 to {MAX_SEED}, or empty for random; got {text[:40]!r}"
+        ) from None
+
+
+def _given(value: Any) -> bool:
+    return value not in (None, "")
+
+
+def number_field(form: dict[str, Any], name: str, kind: type[int] | type[float], default: Any = None) -> Any:
+    """A number of the form (a Number component may send a float, an API caller a string), or `default` when it
+    is left empty; anything else is refused in the field's words."""
+    value = form.get(name)
+    if not _given(value):
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number != number or (kind is int and not number.is_integer()):
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{FIELD_LABELS.get(name, name)} must be {what}, got {str(value)[:40]!r}")
+    return kind(number)
+
+
+def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
+    """The Generate form's values (keys: its field names) as a RunSpec, checked for this engine, every request it
+    makes included (what the wire contract limits, such as the negative prompt's length)."""
+    prompts = [line for line in str(form.get("prompts") or "").splitlines()]
+    tier, aspect = str(form.get("tier")), str(form.get("aspect") or "16:9")
+    tiers.size_for(tier, aspect)  # an unknown tier or aspect is named before anything reads it
+    spec = RunSpec(
+        prompts=prompts or [""],
+        negative_prompt=str(form.get("negative_prompt") or "").strip() or None,
+        tier=tier,
+        aspect=aspect,
+        frames=number_field(form, "frames", int, controller.default_frames(tier)),
+        fps=number_field(form, "fps", int, tiers.DEFAULT_FPS),
+        steps=number_field(form, "steps", int),
+        guidance=number_field(form, "guidance", float),
+        seed=parse_seed(form.get("seed")),
+        seed_policy=form.get("seed_policy") or "fixed",
+        copies=number_field(form, "copies", int, 1),
+        concurrency=number_field(form, "concurrency", int, 1),
+        guardrails=bool(form.get("guardrails", True)),
+        generate_sound=bool(form.get("sound", False)),
+        input_reference=check_upload(form.get("image")),
+    )
+    spec.shape()
+    spec.build_requests()
+    return spec
+
+
+async def submit(controller: StudioController, form: dict[str, Any], visitor: Visitor = LOCAL_OPERATOR) -> str:
+    """Queue a run of the visitor's; returns the status line. Earlier work keeps running."""
+    try:
+        spec = build_spec(form, controller)
+    except (ValidationError, TierError, ValueError) as exc:
+        return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
+    if controller.starting:
+        await controller.wait_until_ready()
+    try:
+        run = controller.new_run(spec, visitor)
+    except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError; a limit a RuntimeError
+        return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
+    run.start()
+    count = len(run.views)
+    return f"queued {count} request{'s' * (count != 1)} ({html.escape(run.id)}), {spec.concurrency} at a time"
+
+
+# ---- Cancel ----------------------------------------------------------------------------------------
+CANCEL_WAIT_S = 30.0  # how long the status line follows cancelled requests to their end
+CANCEL_POLL_S = 0.1
+
+
+def full_request_id(board: RequestBoard, shown: str, scope: Visitor | None = None) -> str | None:
+    """The request a table row or the id box names, among those `scope` sees (None: everyone's): its full id, or
+    the short one the table shows."""
+    shown = (shown or "").strip()
+    if not shown:
+        return None
+    return next((view.id for view in board.views(scope) if shown in (view.id, tables.short(view.id))), None)
+
+
+def _plural(count: int) -> str:
+    return f"{count} request{'s' * (count != 1)}"
+
+
+async def _until_finished(views: list[RequestView]) -> None:
+    """Until the views end (their servers confirm the cancel), or CANCEL_WAIT_S."""
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while any(not view.state.finished for view in views) and time.monotonic() < deadline:
+        await asyncio.sleep(CANCEL_POLL_S)
+
+
+def _cancel_outcome(views: list[RequestView]) -> str:
+    cancelled = sum(view.state is RequestState.CANCELLED for view in views)
+    done = sum(view.state is RequestState.DONE for view in views)
+    stopping = sum(not view.state.finished for view in views)
+    parts = [f"cancelled {_plural(cancelled)}"]
+    if done:
+        parts.append(f"{done} finished first")
+    if stopping:
+        parts.append(f"{stopping} still stopping")
+    return ", ".join(parts)
+
+
+async def cancel_all(board: RequestBoard, by: Visitor = LOCAL_OPERATOR, everyone: bool = False) -> AsyncIterator[str]:
+    """Cancel what the visitor has in flight (an operator who asks: everyone's): the status line says so, then
+    what came of it."""
+    targets = board.active(None if everyone and by.operator else by)
+    count = board.cancel_all(by=by, everyone=everyone)
+    if not count:
+        yield "nothing in flight to cancel"
+        return
+    yield f"cancelling {_plural(count)} ..."
+    await _until_finished(targets)
+    yield _cancel_outcome(targets)
+
+
+async def cancel_request(board: RequestBoard, shown: str, by: Visitor = LOCAL_OPERATOR) -> AsyncIterator[str]:
+    """Cancel the request a selected row (or a typed id, short or full) names. Another visitor's request reads
+    as no request at all: its id tells nothing."""
+    request_id = full_request_id(board, shown, None if by.operator else by)
+    found = board.find(request_id) if request_id else None
+    if found is None or not board.cancel(request_id, by=by):
+        yield f"no request in flight with id {html.escape((shown or '').strip())!r}"
+        return
+    view = found[1]
+    yield f"cancelling {html.escape(tables.short(request_id))} ..."
+    await _until_finished([view])
+    yield f"{html.escape(tables.short(request_id))}: {_cancel_outcome([view])}"
+
+
+# ---- History ---------------------------------------------------------------------------------------
+REQUEST_EXPORT_FIELDS = [
+    "id",
+    "position",
+    "prompt",
+    "state",
+    "job_id",
+    "endpoint",
+    "error",
+    "video_path",
+    "latency_s",
+    "queue_wait_s",
+    "inference_s",
+    "seed",
+    "size",
+    "num_frames",
+]
+
+
+def run_requests_flat(controller: StudioController, run_id: str, scope: Visitor | None = None) -> list[dict[str, Any]]:
+    """The requests of a run, if `scope` may see it (None: anyone's)."""
+    flat = []
+    for row in controller.store.run_requests(run_id, scope.id if scope is not None else None):
+        timings, params = row.get("timings") or {}, row.get("parameters") or {}
+        flat.append(
+            {
+                "id": row["id"],
+                "position": row["position"],
+                "prompt": row["prompt"],
+                "state": row["state"],
+                "job_id": row["job_id"],
+                "endpoint": row["endpoint"],
+                "error": row["error"],
+                "video_path": row["video_path"],
+                "latency_s": timings.get("latency_s"),
+                "queue_wait_s": timings.get("queue_wait_s"),
+                "inference_s": timings.get("inference_s"),
+                "seed": params.get("seed"),
+                "size": f"{params.get('width')}x{params.get('height')}",
+                "num_frames": params.get("num_frames"),
+            }
+        )
+    return flat
+
+
+def _run_spec_record(controller: StudioController, run_id: str, scope: Visitor | None) -> dict[str, Any] | None:
+    runs = controller.store.recent_runs(10_000, scope.id if scope is not None else None)
+    return next((r["spec"] for r in runs if r["id"] == run_id), None)
+
+
+def export_run(controller: StudioController, run_id: str, kind: str, scope: Visitor | None = None) -> Path:
+    """Write a run's requests (if `scope` may see it) as JSON or CSV under outputs/exports and return the file."""
+    rows = run_requests_flat(controller, run_id, scope)
+    if not rows:
+        raise ValueError(f"no run {run_id!r} in history")
+    folder = controller.store.root / "exports"
+    folder.mkdir(parents=True, exist_ok=True)
+    safe_id = "".join(ch for ch in run_id if ch.isalnum() or ch in "_-")
+    path = folder / f"{safe_id}.{kind}"
+    if kind == "json":
+        spec = _run_spec_record(controller, run_id, scope) or {}
+        path.write_text(json.dumps({"run_id": run_id, "spec": spec, "requests": rows}, indent=2))
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=REQUEST_EXPORT_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+        path.write_text(buffer.getvalue())
+    return path
+
+
+def rerun(controller: StudioController, run_id: str, scope: Visitor | None = None) -> RunSpec:
+    spec = _run_spec_record(controller, run_id, scope)
+    if spec is None:
+        raise ValueError(f"no run {run_id!r} in history")
+    return RunSpec.model_validate(spec)

@@ -1,0 +1,117 @@
+"""The History tab: past runs from the store, the requests and videos of one, re-run and export."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+from pydantic import ValidationError
+
+from studio.backend.controller import StudioController
+from studio.backend.visitors import Visitor
+from studio.ui import handlers, tables
+from studio.ui.identity import MINE, PageAccess
+
+REFRESH_S = 2.0
+
+
+def finished_runs(controller: StudioController) -> int:
+    """How many of this studio's runs have ended: the table is read again when that changes."""
+    return sum(run.finished for run in controller.board.runs)
+
+
+def build_history_tab(controller: StudioController, access: PageAccess, show: gr.Radio, opened: Any) -> None:
+    """Past runs of the visitor asking (an operator's `show` switch: everyone's). `opened`: the page's load
+    event, when the table is first read."""
+    refresh = gr.Button("Refresh", elem_id="history-refresh")
+    # Built empty (a first value is part of the page every visitor loads); the page's load fills it.
+    history = gr.Dataframe(
+        tables.frame([], tables.HISTORY_COLUMNS), interactive=False, elem_id="history", label="Runs, newest first"
+    )
+    seen = gr.State(None)
+    run_id = gr.Textbox(label="Run id (select a row)", elem_id="history-run-id")
+    with gr.Row():
+        rerun = gr.Button("Re-run with the same settings", elem_id="history-rerun")
+        export_json = gr.Button("Export JSON", elem_id="history-export-json")
+        export_csv = gr.Button("Export CSV", elem_id="history-export-csv")
+    export_file = gr.File(label="Export", elem_id="history-export-file", interactive=False)
+    status = gr.Markdown("", elem_id="history-status")
+    run_requests = gr.Dataframe(
+        tables.run_request_table([]), interactive=False, elem_id="history-requests", label="Requests of the run"
+    )
+    run_videos = gr.Gallery(label="Videos of the run", columns=4, height=300, elem_id="history-gallery")
+
+    def scope_of(request: gr.Request, profile: gr.OAuthProfile | None, shown: str | None) -> Visitor | None:
+        return access.scope(access.require(request, profile), shown)
+
+    @refresh.click(inputs_kwargs={"show": show}, outputs=history, api_name="history")
+    def on_refresh(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE) -> Any:
+        return tables.history_table(controller, scope_of(request, profile, show))
+
+    # The table is read when the page opens, when `show` changes and when one of this studio's runs ends.
+    @gr.on(
+        [opened, gr.Timer(REFRESH_S).tick, show.change],
+        inputs=[seen, show],
+        outputs=[history, seen],
+        show_progress="hidden",
+        api_visibility="private",
+    )
+    def on_tick(
+        seen_before: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
+        visitor = access.visitor(request, profile)
+        if visitor is None:
+            return {}
+        now = (finished_runs(controller), shown)
+        if now == seen_before:
+            return {}
+        return {history: tables.history_table(controller, access.scope(visitor, shown)), seen: now}
+
+    @history.select(inputs=show, outputs=[run_id, run_requests, run_videos], api_visibility="private")
+    def on_select(
+        shown: str | None, evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
+        row = evt.row_value or []
+        if not row:
+            return {}
+        selected = str(row[0])
+        requests = handlers.run_requests_flat(controller, selected, scope_of(request, profile, shown))
+        videos = [
+            (r["video_path"], f"{r['prompt'][:50]} · seed {r['seed']}")
+            for r in requests
+            if r["state"] == "done" and r["video_path"]
+        ]
+        return {run_id: selected, run_requests: tables.run_request_table(requests), run_videos: videos}
+
+    @rerun.click(inputs_kwargs={"run_id": run_id}, outputs=status, api_name="rerun")
+    async def on_rerun(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> str:
+        visitor = access.require(request, profile)
+        try:
+            spec = handlers.rerun(controller, (run_id or "").strip(), None if visitor.operator else visitor)
+        except (ValueError, ValidationError) as exc:
+            return f"**cannot re-run**: {html.escape(handlers.describe_error(exc))}"
+        await controller.wait_until_ready()
+        try:
+            run = controller.new_run(spec, visitor)
+        except (RuntimeError, ValueError) as exc:  # a limit of the visitor's
+            return f"**cannot re-run**: {html.escape(handlers.describe_error(exc))}"
+        run.start()
+        return f"re-running as {html.escape(run.id)}: see the Generate tab"
+
+    def export(kind: str):
+        def on_export(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> dict[gr.Component, Any]:
+            visitor = access.require(request, profile)
+            scope = None if visitor.operator else visitor
+            try:
+                path = handlers.export_run(controller, (run_id or "").strip(), kind, scope)
+            except ValueError as exc:
+                return {export_file: None, status: f"**cannot export**: {html.escape(str(exc))}"}
+            return {export_file: str(path), status: ""}
+
+        return on_export
+
+    for button, kind in ((export_json, "json"), (export_csv, "csv")):
+        button.click(
+            export(kind), inputs_kwargs={"run_id": run_id}, outputs=[export_file, status], api_name=f"export_{kind}"
+        )

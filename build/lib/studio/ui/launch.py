@@ -1,0 +1,125 @@
+"""`omni-studio ui`: checks exposure, starts the engine, serves the page."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from starlette.middleware import Middleware
+
+from studio.backend.access import AccessError, AccessPolicy, on_space
+from studio.backend.controller import StudioController
+from studio.backend.supervisor import port_is_free
+from studio.config import StudioSettings
+from studio.ui.file_guard import StudioFileGuard
+
+if TYPE_CHECKING:
+    from studio.ui.identity import PageAccess
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def exposure_problem(settings: StudioSettings, policy: AccessPolicy) -> str | None:
+    """Serving beyond this machine needs a sign-in (accounts, or Hugging Face's on a Space), visitors allowed in
+    without one (--allow-anonymous), or an explicit --insecure (everyone an operator)."""
+    public = settings.share or settings.host not in LOOPBACK
+    if public and not (policy.signs_in or policy.allow_anonymous or settings.insecure or on_space()):
+        where = "--share" if settings.share else f"--host {settings.host}"
+        return (
+            f"{where} makes the studio reachable by others: add accounts with --auth user:pass (or --auth-file), "
+            "let visitors in without one with --allow-anonymous, or --insecure to make every visitor an operator"
+        )
+    return None
+
+
+def space_url() -> str | None:
+    """The public address of the Space the studio runs on (SPACE_HOST may list a custom domain after it)."""
+    host = os.environ.get("SPACE_HOST", "").split(",")[0].strip()
+    return f"https://{host}" if on_space() and host else None
+
+
+def access_policy(settings: StudioSettings) -> AccessPolicy:
+    """The page's access rules; raises AccessError with a message for the command line."""
+    return AccessPolicy.from_settings(settings)
+
+
+def launch_options(controller: StudioController, access: PageAccess) -> dict[str, Any]:
+    """What `launch()` needs beyond host and port: the page's accounts and the guard of the studio's files."""
+    guard = Middleware(
+        StudioFileGuard, outputs_root=controller.store.root, owner_of=controller.store.owner_of, book=access.book
+    )
+    return {
+        "auth": list(access.policy.accounts) or None,
+        "auth_message": "Omni Studio: sign in with the account the studio's operator gave you.",
+        "allowed_paths": [str(controller.store.root.resolve())],
+        "app_kwargs": {"middleware": [guard]},
+    }
+
+
+def launch_ui(settings: StudioSettings) -> int:
+    try:
+        policy = access_policy(settings)
+    except AccessError as exc:
+        print(f"omni-studio: error: {exc}", file=sys.stderr)
+        return 2
+    problem = exposure_problem(settings, policy)
+    if problem:
+        print(f"omni-studio: error: {problem}", file=sys.stderr)
+        return 2
+    taken = (
+        f"omni-studio: error: port {settings.port} on {settings.host} is taken (another studio or program uses "
+        "it): choose another with --port"
+    )
+    if not port_is_free(settings.port, settings.host):
+        print(taken, file=sys.stderr)
+        return 2
+    from studio.ui.identity import PageAccess
+    from studio.ui.page import CSS, build_page, enable_queue
+
+    controller = StudioController(settings)
+    controller.start_in_background()
+    access = PageAccess(policy)
+    demo = build_page(controller, access)
+    enable_queue(demo)
+    gradio_said = io.StringIO()
+    try:
+        # Gradio's own lines speak of launch() arguments; the studio says the same in its flags' words, below.
+        with contextlib.redirect_stdout(gradio_said):
+            demo.launch(
+                server_name=settings.host,
+                server_port=settings.port,
+                share=settings.share,
+                **launch_options(controller, access),
+                css=CSS,
+                prevent_thread_lock=True,
+                quiet=True,
+                footer_links=["gradio", "settings"],
+                ssr_mode=False,  # no Node.js server beside ours: one process to watch and stop
+            )
+    except OSError:  # taken between the check and the launch
+        print(taken, file=sys.stderr)
+        controller.close()
+        return 2
+    try:
+        print(f"Omni Studio: open {demo.local_url} ({settings.engine} engine starting)", flush=True)
+        if demo.share_url:
+            print(f"Omni Studio: public link {demo.share_url} (up to a week)", flush=True)
+        elif settings.share:
+            # The tunnel binary and its server come from the internet; without them Gradio stays local.
+            print(
+                "Omni Studio: could not create a share link: no share tunnel can be reached from this machine "
+                f"(it needs the internet). Still serving locally at {demo.local_url}",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif space_url():
+            print(f"Omni Studio: on the Space at {space_url()}", flush=True)
+        else:
+            print("Omni Studio: add --share for a public link", flush=True)
+        demo.block_thread()
+    finally:
+        controller.close()
+    return 0

@@ -1,0 +1,467 @@
+"""The Server tab: the managed server's state and log, the endpoints' load, start / stop / restart with new
+settings, and the doctor. The settings form is keyed by StudioSettings' field names, whose descriptions are the
+fields' help. Its vLLM-Omni levers show only where the installed vLLM-Omni has their flags (read from its help)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from collections.abc import Mapping
+from typing import Any, get_args
+
+import gradio as gr
+import pandas as pd
+from pydantic import ValidationError
+
+from studio.backend.controller import StudioController
+from studio.backend.launchers import LEVER_FLAGS, levers_missing
+from studio.backend.server_metrics import scrape
+from studio.backend.supervisor import ServerState
+from studio.backend.variants import VariantError, server_flags
+from studio.config import EngineMode, StudioSettings
+from studio.doctor import collect_report
+from studio.ui import handlers
+from studio.ui.identity import PageAccess
+
+REFRESH_S = 2.0
+LOG_LINES = 200
+ENDPOINT_COLUMNS = [
+    "replica",
+    "GPUs",
+    "endpoint",
+    "state",
+    "outstanding (studio)",
+    "running",
+    "waiting",
+    "succeeded",
+    "last log line",
+]
+
+
+# The levers' labels, in the order the group shows them.
+LEVER_LABELS = {
+    "tensor_parallel_size": "Tensor parallel",
+    "cfg_parallel_size": "CFG parallel",
+    "ulysses_degree": "Ulysses degree",
+    "ring_degree": "Ring degree",
+    "cache_backend": "Cache backend",
+    "quantization": "Quantization",
+    "diffusion_attention_backend": "Attention backend",
+    "enforce_eager": "Enforce eager",
+    "vae_tiling": "VAE tiling",
+    "guardrails": "Server-wide guardrails",
+    "init_timeout_s": "Init timeout (s)",
+}
+# The levers that name a choice: the first choice of each leaves the server's own default in place.
+LEVER_CHOICES = {"cache_backend": "off", "quantization": "off", "diffusion_attention_backend": "auto"}
+# Levers with no value of their own by default (the server's applies): a blank control unsets them.
+UNSET_WHEN_BLANK = frozenset(name for name in LEVER_FLAGS if StudioSettings.model_fields[name].default is None)
+
+
+def described(name: str) -> str | None:
+    return StudioSettings.model_fields[name].description
+
+
+def _elem_id(name: str) -> str:
+    return "server-" + name.replace("_", "-")
+
+
+def _choice(settings: StudioSettings, name: str) -> gr.Dropdown:
+    """A lever naming a choice: the server's default, the usual values (the field's examples), and any other the
+    installed server knows, typed in."""
+    current = getattr(settings, name) or LEVER_CHOICES[name]
+    choices = [LEVER_CHOICES[name], *(StudioSettings.model_fields[name].examples or [])]
+    return gr.Dropdown(
+        choices if current in choices else [*choices, current],
+        value=current,
+        allow_custom_value=True,
+        label=LEVER_LABELS[name],
+        info=described(name),
+        elem_id=_elem_id(name),
+    )
+
+
+def levers_form(settings: StudioSettings) -> dict[str, gr.Component]:
+    """The vLLM-Omni levers, keyed by StudioSettings' field names (the keys of LEVER_FLAGS)."""
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        for name in ("tensor_parallel_size", "cfg_parallel_size", "ulysses_degree", "ring_degree"):
+            form[name] = gr.Number(
+                value=getattr(settings, name),
+                precision=0,
+                label=LEVER_LABELS[name],
+                info=described(name),
+                elem_id=_elem_id(name),
+            )
+    with gr.Row():
+        for name in LEVER_CHOICES:
+            form[name] = _choice(settings, name)
+    with gr.Row():
+        for name in ("enforce_eager", "vae_tiling", "guardrails"):
+            form[name] = gr.Checkbox(
+                value=getattr(settings, name), label=LEVER_LABELS[name], info=described(name), elem_id=_elem_id(name)
+            )
+        form["init_timeout_s"] = gr.Number(
+            value=settings.init_timeout_s,
+            label=LEVER_LABELS["init_timeout_s"],
+            info=described("init_timeout_s"),
+            elem_id="server-init-timeout",
+        )
+    return form
+
+
+def lever_visibility(flags: frozenset[str] | None, why: str = "") -> tuple[dict[str, bool], str]:
+    """Which lever controls show, and a note that says why: those whose flag the installed vLLM-Omni's help lists
+    (`flags`); every one where the help could not be read (`flags` None, `why` the reason)."""
+    if flags is None:
+        note = f"All levers shown: the installed vLLM-Omni's flags cannot be read ({why})."
+        return dict.fromkeys(LEVER_FLAGS, True), note
+    missing = levers_missing(flags)
+    shown = {name: name not in missing for name in LEVER_FLAGS}
+    if not missing:
+        return shown, "Every lever's flag is in the installed vLLM-Omni."
+    hidden = ", ".join(f"{LEVER_LABELS[name]} ({LEVER_FLAGS[name]})" for name in missing)
+    return shown, f"Hidden, the installed vLLM-Omni has no flag for them: {hidden}."
+
+
+def read_lever_flags(settings: StudioSettings) -> tuple[frozenset[str] | None, str]:
+    """The flags of the vLLM-Omni the settings name (whatever engine runs now: the levers are its), or None and
+    why they cannot be read. Slow the first time (the server's help imports its stack), cached after."""
+    try:
+        return server_flags(settings.model_copy(update={"engine": "vllm-omni"})), ""
+    except VariantError as exc:
+        return None, str(exc)
+
+
+def settings_form(settings: StudioSettings, levers_note: gr.Markdown | None = None) -> dict[str, gr.Component]:
+    """The inputs of the settings a restart applies, laid out, keyed by StudioSettings' field names. `levers_note`
+    (built unrendered): where the levers group says which of them the installed vLLM-Omni has."""
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        form["engine"] = gr.Radio(
+            list(get_args(EngineMode)),
+            value=settings.engine,
+            label="Engine",
+            info=described("engine"),
+            elem_id="server-engine",
+        )
+        form["model"] = gr.Textbox(value=settings.model, label="Model", info=described("model"), elem_id="server-model")
+    with gr.Row():
+        form["remote_urls"] = gr.Textbox(
+            value=", ".join(settings.remote_urls),
+            label="Remote URLs (comma separated)",
+            info=described("remote_urls"),
+            elem_id="server-urls",
+        )
+        form["api_key"] = gr.Textbox(
+            value="", type="password", label="API key (kept, never shown)", elem_id="server-key"
+        )
+    with gr.Accordion("vLLM-Omni levers", open=True, elem_id="server-levers"):
+        if levers_note is not None:
+            levers_note.render()
+        form.update(levers_form(settings))
+    with gr.Row():
+        form["gpus"] = gr.Textbox(value=settings.gpus or "", label="GPUs (e.g. 0,1,2,3)", info=described("gpus"))
+        form["extra_serve_args"] = gr.Textbox(
+            value=settings.extra_serve_args, label="Extra serve args", info=described("extra_serve_args")
+        )
+        form["allow_risky_serve_args"] = gr.Checkbox(
+            value=settings.allow_risky_serve_args,
+            label="Allow exposure-widening serve args (--host, --allowed-local-media-path)",
+            info=described("allow_risky_serve_args"),
+            elem_id="server-allow-risky",
+        )
+    return form
+
+
+def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
+    """How visitors share the servers: applied at once, without a restart. A blank number means no limit (or the
+    default number of slots)."""
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        for name, label in (
+            ("in_flight_slots", "In-flight slots"),
+            ("visitor_max_in_flight", "Per visitor: in flight"),
+            ("visitor_max_queued", "Per visitor: queued"),
+            ("visitor_max_videos_per_hour", "Per visitor: videos per hour"),
+        ):
+            form[name] = gr.Number(
+                value=getattr(settings, name),
+                precision=0,
+                label=label,
+                info=described(name),
+                elem_id="sharing-" + name.replace("_", "-"),
+            )
+    form["cancel_unsent_on_close"] = gr.Checkbox(
+        value=settings.cancel_unsent_on_close,
+        label="Cancel a visitor's unsent requests when their page closes",
+        info=described("cancel_unsent_on_close"),
+        elem_id="sharing-cancel-on-close",
+    )
+    return form
+
+
+def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
+    values = {name: (None if value in (None, "") else value) for name, value in form.items()}
+    if values.get("visitor_max_queued") is None:  # it always has a limit: blank keeps the current one
+        values["visitor_max_queued"] = controller.settings.visitor_max_queued
+    try:
+        settings = controller.apply_sharing(**values)
+    except (ValidationError, ValueError) as exc:
+        return f"**not applied**: {html.escape(handlers.describe_error(exc))}"
+    limits = ", ".join(f"{name} {getattr(settings, name)}" for name in values)
+    return f"applied: {html.escape(limits)}"
+
+
+def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[str, Any]:
+    """The current settings with the form's applied: a blank number keeps its current value (a blank lever that
+    has no value by default, such as the ring degree, goes back to the server's default), a blank key the current
+    key (the page never shows it)."""
+    values = current.model_dump()
+    for name, value in form.items():
+        if value not in (None, ""):
+            values[name] = value
+        elif name in UNSET_WHEN_BLANK:  # a lever left blank: the server's own default
+            values[name] = None
+    values.update(
+        model=str(values["model"]).strip(),
+        remote_urls=[u.strip() for u in str(form.get("remote_urls") or "").split(",") if u.strip()],
+        gpus=str(form.get("gpus") or "").strip() or None,
+        extra_serve_args=form.get("extra_serve_args") or "",
+        api_key=form.get("api_key") or current.api_key_value(),
+    )
+    return values
+
+
+def server_state_markdown(controller: StudioController) -> str:
+    status = controller.server_status()
+    if status is None:
+        text = html.escape(controller.engine_summary())
+    else:
+        elapsed = f" for {status.starting_for_s:.0f} s" if status.starting_for_s else ""
+        code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
+        text = f"**{status.state}**{elapsed}{code} · {html.escape(status.message)} · `{html.escape(status.command)}`"
+        if status.state is ServerState.CRASHED and not controller.settings.auto_restart:
+            text += "\n\n**The server crashed.** Press Restart to start it again, or turn on auto-restart."
+    if controller.auto_restart_note:
+        text += f"\n\n{html.escape(controller.auto_restart_note)}"
+    if controller.start_error:
+        text += f"\n\n**start failed**: {html.escape(controller.start_error)}"
+    return text
+
+
+async def endpoint_table(controller: StudioController) -> pd.DataFrame:
+    """Each server the studio sends work to: for a replica of its fleet, its GPUs, state and last log line; for
+    each, what the studio has outstanding there and what its /metrics says."""
+    pool = controller.pool
+    replicas = {server.base_url: (index, server) for index, server in enumerate(controller.servers) if server.port}
+    urls = [ep.url for ep in pool.endpoints] if pool is not None else list(replicas)
+    endpoints = {ep.url: ep for ep in pool.endpoints} if pool is not None else {}
+    results = await asyncio.gather(*(scrape(url) for url in urls))
+    rows = []
+    for url, metrics in zip(urls, results, strict=True):
+        index, server = replicas.get(url, (None, None))
+        endpoint = endpoints.get(url)
+        if server is not None and server.state is not ServerState.READY:
+            state = str(server.state)
+        elif endpoint is None:
+            state = "starting"
+        else:
+            state = "restarting" if endpoint.restarting else ("up" if endpoint.healthy else "down")
+        tail = [line for line in server.log_tail(20) if line.strip()] if server is not None else []
+        rows.append(
+            [
+                "–" if index is None else index,
+                ",".join(server.gpus) if server is not None and server.gpus else "–",
+                url,
+                state,
+                endpoint.outstanding if endpoint is not None else 0,
+                metrics.running,
+                metrics.waiting,
+                metrics.succeeded,
+                tail[-1][:160] if tail else "",
+            ]
+        )
+    return pd.DataFrame(rows, columns=ENDPOINT_COLUMNS)
+
+
+async def restart_replica(controller: StudioController, index: Any) -> str:
+    try:
+        number = int(index)
+        controller.replica(number)
+    except (TypeError, ValueError) as exc:
+        return (
+            f"**cannot restart**: {html.escape(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
+        )
+    try:
+        await asyncio.to_thread(controller.restart_replica, number)
+    except Exception as exc:  # the replica's own log, below, has the server's words
+        return f"**replica {number} did not come back**: {html.escape(str(exc))}"
+    return f"replica {number} restarted at {html.escape(controller.servers[number].base_url)}"
+
+
+async def stop_replica(controller: StudioController, index: Any) -> str:
+    try:
+        number = int(index)
+        controller.replica(number)
+    except (TypeError, ValueError) as exc:
+        return f"**cannot stop**: {html.escape(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
+    await asyncio.to_thread(controller.stop_replica, number)
+    others = sum(server.state is ServerState.READY for server in controller.servers)
+    return f"replica {number} stopped ({others} still serving): Restart replica brings it back"
+
+
+async def start_server(controller: StudioController) -> str:
+    """Start the engine (again after a stop, a crash or a failed start; or attach to the remote servers) and wait
+    until it is ready: the answer says how it went."""
+    if controller.ready():
+        return "already running: " + html.escape(controller.engine_summary())
+    try:
+        if controller.starting:  # the first start, or the one after new settings: under way, or about to be
+            await controller.wait_until_ready()
+        else:  # stopped, crashed or failed: the studio's background start is spent, so start here
+            await asyncio.to_thread(controller.start)
+    except Exception as exc:  # shown where the button is; the log below has the server's own words
+        return f"**start failed**: {html.escape(str(exc))}"
+    if not controller.ready():
+        return f"**start failed**: {html.escape(controller.start_error or controller.engine_summary())}"
+    return "started: " + html.escape(controller.engine_summary())
+
+
+async def stop_server(controller: StudioController) -> str:
+    server = controller.server
+    if server is None:
+        return "no managed server to stop" + ("" if controller.managed else " (remote servers run on their own)")
+    await asyncio.to_thread(controller.stop)
+    code = f" (exit code {server.exit_code})" if server.exit_code is not None else ""
+    return f"stopped{code}: Start brings it back"
+
+
+async def restart_server(controller: StudioController, form: Mapping[str, Any]) -> str:
+    """Apply the form's settings and start on them."""
+    try:
+        new_settings = StudioSettings.model_validate(settings_values(controller.settings, form))
+    except ValidationError as exc:
+        return f"**settings not applied**: {html.escape(handlers.describe_error(exc))}"
+    await asyncio.to_thread(controller.apply_settings, new_settings)
+    return await start_server(controller)
+
+
+def build_server_tab(controller: StudioController, access: PageAccess) -> None:
+    """The operator's tab: every event here refuses a visitor who is not an operator, and changes nothing."""
+    settings = controller.settings
+    state = gr.Markdown(elem_id="server-state")
+    with gr.Row():
+        start = gr.Button("Start", elem_id="server-start")
+        stop = gr.Button("Stop", elem_id="server-stop")
+        restart = gr.Button("Restart (applies the settings below)", elem_id="server-restart")
+    result = gr.Markdown("", elem_id="server-result")  # what the buttons above did
+    levers_note = gr.Markdown("", elem_id="server-levers-note", render=False)
+    form = settings_form(settings, levers_note)
+    auto_restart = gr.Checkbox(
+        value=settings.auto_restart,
+        label="Auto-restart a crashed server (and resend what it had not started)",
+        elem_id="server-auto-restart",
+    )
+    endpoints = gr.Dataframe(
+        pd.DataFrame(columns=ENDPOINT_COLUMNS),
+        interactive=False,
+        elem_id="server-metrics",
+        label="Replicas and endpoints",
+    )
+    with gr.Row():
+        replica = gr.Number(value=0, precision=0, label="Replica", elem_id="replica-index", scale=1)
+        restart_one = gr.Button("Restart replica", elem_id="replica-restart", scale=1)
+        stop_one = gr.Button("Stop replica", elem_id="replica-stop", scale=1)
+    replica_result = gr.Markdown("", elem_id="replica-result")
+    log_tail = gr.Textbox(
+        label="Server log (last lines)",
+        lines=14,
+        max_lines=14,
+        interactive=False,
+        autoscroll=True,
+        elem_id="server-log",
+    )
+    with gr.Accordion("Sharing: how visitors share the servers (applies at once)", open=False):
+        sharing = sharing_form(settings)
+        apply = gr.Button("Apply", elem_id="sharing-apply")
+        sharing_result = gr.Markdown("", elem_id="sharing-result")
+    doctor = gr.Button("Run doctor", elem_id="doctor")
+    doctor_report = gr.JSON(label="Doctor", elem_id="doctor-report")
+
+    timer = gr.Timer(REFRESH_S)
+
+    def is_operator(request: gr.Request, profile: gr.OAuthProfile | None) -> bool:
+        visitor = access.visitor(request, profile)
+        return visitor is not None and visitor.operator
+
+    levers = [form[name] for name in LEVER_FLAGS]
+
+    @gr.on(triggers=None, outputs=[levers_note, *levers], show_progress="hidden", api_visibility="private")
+    async def on_open_levers(request: gr.Request, profile: gr.OAuthProfile | None):
+        """On the page's load, an operator's levers group keeps only what the installed vLLM-Omni has."""
+        if not is_operator(request, profile):  # the tab is the operator's; a visitor's page is left as it is
+            yield [gr.skip()] * (1 + len(levers))
+            return
+        yield ["Checking which levers the installed vLLM-Omni has ...", *[gr.skip()] * len(levers)]
+        flags, why = await asyncio.to_thread(read_lever_flags, controller.settings)
+        shown, note = lever_visibility(flags, why)
+        yield [html.escape(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
+
+    @timer.tick(inputs=replica, outputs=[state, log_tail], show_progress="hidden", api_visibility="private")
+    def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
+        if not is_operator(request, profile):  # the log and state are the operator's
+            return gr.skip(), gr.skip()
+        servers = controller.servers
+        index = int(shown) if isinstance(shown, (int, float)) and 0 <= int(shown) < len(servers) else 0
+        lines = servers[index].log_tail(LOG_LINES) if servers else []
+        return server_state_markdown(controller), "\n".join(lines)
+
+    @restart_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="restart_replica")
+    async def on_restart_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any):
+        access.require_operator(request, profile, action="restart a replica")
+        yield f"restarting replica {html.escape(str(replica))} ..."
+        yield await restart_replica(controller, replica)
+
+    @stop_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="stop_replica")
+    async def on_stop_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any) -> str:
+        access.require_operator(request, profile, action="stop a replica")
+        return await stop_replica(controller, replica)
+
+    @timer.tick(outputs=endpoints, show_progress="hidden", api_visibility="private")
+    async def on_metrics_tick(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
+        if not is_operator(request, profile):
+            return gr.skip()
+        return await endpoint_table(controller)
+
+    @start.click(outputs=result, api_name="start_server")
+    async def on_start(request: gr.Request, profile: gr.OAuthProfile | None):
+        access.require_operator(request, profile, action="start the servers")
+        yield "starting ..."
+        yield await start_server(controller)
+
+    @stop.click(outputs=result, api_name="stop_server")
+    async def on_stop(request: gr.Request, profile: gr.OAuthProfile | None) -> str:
+        access.require_operator(request, profile, action="stop the servers")
+        return await stop_server(controller)
+
+    @restart.click(inputs_kwargs=form, outputs=result, api_name="restart_server")
+    async def on_restart(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
+        access.require_operator(request, profile, action="restart the servers or change their settings")
+        yield "restarting with the new settings ..."
+        yield await restart_server(controller, values)
+
+    @auto_restart.change(inputs_kwargs={"on": auto_restart}, api_visibility="private")
+    def on_auto_restart(request: gr.Request, profile: gr.OAuthProfile | None, on: bool) -> None:
+        access.require_operator(request, profile, action="change auto-restart")
+        controller.set_auto_restart(on)
+
+    @apply.click(inputs_kwargs=sharing, outputs=sharing_result, api_name="sharing")
+    def on_apply_sharing(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any) -> str:
+        access.require_operator(request, profile, action="change how visitors share the servers")
+        return apply_sharing(controller, values)
+
+    @doctor.click(outputs=doctor_report, api_name="doctor")
+    def on_doctor(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[str, Any]:
+        access.require_operator(request, profile, action="run the doctor")
+        return collect_report(controller.settings)
