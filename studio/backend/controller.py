@@ -208,7 +208,8 @@ class StudioController:
         serving = f", serving {self.served_model}" if self.served_model else ""
         if not self.managed:
             urls = ", ".join(self.settings.remote_urls)
-            return f"remote servers: {urls}{serving}" if self.pool else "remote servers: not attached"
+            kind = "Cosmos Framework servers" if self.settings.engine == "cosmos-framework" else "remote servers"
+            return f"{kind}: {urls}{serving}" if self.pool else f"{kind}: not attached"
         if self.start_error:
             return f"{self.settings.engine} engine failed to start: {self.start_error}"
         if len(self.servers) > 1:
