@@ -1,3 +1,0 @@
-from studio.cli import main
-
-raise SystemExit(main())

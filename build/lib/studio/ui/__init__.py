@@ -1,1 +1,0 @@
-"""The Gradio page: layout and thin handlers over studio.backend."""
