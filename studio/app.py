@@ -37,7 +37,10 @@ def announce(hosted: HostedStudio) -> None:
 
 
 if __name__ == "__main__":
+    from studio.cli import exit_on_sigterm
     from studio.ui.launch import launch_ui
+
+    exit_on_sigterm()  # a Space stops the app with SIGTERM: its engine is stopped with it
 
     hosted = hosted_settings()
     announce(hosted)

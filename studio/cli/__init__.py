@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _exit_on_sigterm() -> None:
+def exit_on_sigterm() -> None:
     """SIGTERM ends the process without unwinding by default; turn it into SystemExit so that `finally`
     blocks and atexit hooks stop the servers this process started."""
 
@@ -43,7 +43,7 @@ def _exit_on_sigterm() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _exit_on_sigterm()
+    exit_on_sigterm()
     try:
         return _commands()[args.command].run(args)
     except ValidationError as exc:

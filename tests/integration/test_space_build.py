@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from gradio_client import Client
 
@@ -95,6 +96,8 @@ def settled_states(database: Path) -> list[str]:
 
 
 def stop(process: subprocess.Popen) -> None:
+    """Stop the app as a Space does (SIGTERM); the engine it started (its own process group) goes with it."""
+    started = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else []
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -102,6 +105,10 @@ def stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
+    _gone, alive = psutil.wait_procs(started, timeout=30)
+    for left in alive:
+        left.kill()
+    assert not alive, f"the app left {len(alive)} process(es) running: {[p.pid for p in alive]}"
 
 
 @pytest.mark.timeout(2 * INSTALL_TIMEOUT_S + START_TIMEOUT_S + VIDEO_TIMEOUT_S + 120)
