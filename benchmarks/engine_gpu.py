@@ -464,6 +464,20 @@ def run_engine_closed_loop(
     }
 
 
+def saved_model(args: argparse.Namespace) -> tuple[Path, float]:
+    """The random-weight pipeline (text encoder cut to 2 layers) saved to a folder that engine processes load;
+    its path and the seconds the save took. The pipeline itself is freed here."""
+    pipe, _ = build_pipeline(args.device, smoke=args.smoke, text_layers=None if args.smoke else 2)
+    model_dir = Path(tempfile.mkdtemp(prefix="wan-random-")) / "wan2.1-t2v-1.3b-random"
+    started = time.perf_counter()
+    pipe.save_pretrained(model_dir)
+    seconds = round(time.perf_counter() - started, 1)
+    del pipe
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    return model_dir, seconds
+
+
 def run_replicas(args: argparse.Namespace) -> int:
     import asyncio
     import subprocess
@@ -476,14 +490,7 @@ def run_replicas(args: argparse.Namespace) -> int:
 
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     out_file = args.out / "replicas.json"
-    pipe, _ = build_pipeline(args.device, smoke=args.smoke, text_layers=None if args.smoke else 2)
-    model_dir = Path(tempfile.mkdtemp(prefix="wan-random-")) / "wan2.1-t2v-1.3b-random"
-    started = time.perf_counter()
-    pipe.save_pretrained(model_dir)
-    report["save_s"] = round(time.perf_counter() - started, 1)
-    del pipe
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    model_dir, report["save_s"] = saved_model(args)
     count = args.replicas
     servers, logs = [], []
     started = time.perf_counter()
@@ -586,8 +593,12 @@ def run_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_layout(name: str) -> tuple[int, int]:
-    """ "1" -> (1, 1); "cfg2" -> (2, 1); "ulysses2" -> (1, 2); "cfg2xulysses2" -> (2, 2)."""
+def parse_layout(name: str) -> tuple[int, int, bool]:
+    """ "1" -> (1, 1); "cfg2" -> (2, 1); "ulysses2" -> (1, 2); "cfg2xulysses2" -> (2, 2); and whether the ranks
+    split the VAE decode: a "-decode0" suffix has rank 0 decode alone ("cfg2-decode0")."""
+    name, _, decode = name.partition("-")
+    if decode not in ("", "decode0"):
+        raise ValueError(f"a layout ends in -decode0 or nothing, got {decode!r}")
     cfg = ulysses = 1
     if name != "1":
         for part in name.split("x"):
@@ -597,7 +608,7 @@ def parse_layout(name: str) -> tuple[int, int]:
                 ulysses = int(part[7:])
             else:
                 raise ValueError(f"a layout is 1, cfgN, ulyssesN or cfgNxulyssesN, got {name!r}")
-    return cfg, ulysses
+    return cfg, ulysses, decode == ""
 
 
 def run_layouts(args: argparse.Namespace) -> int:
@@ -607,17 +618,10 @@ def run_layouts(args: argparse.Namespace) -> int:
 
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "layouts": {}, "errors": []}
     out_file = args.out / "layouts.json"
-    pipe, _ = build_pipeline(args.device, smoke=args.smoke, text_layers=None if args.smoke else 2)
-    model_dir = Path(tempfile.mkdtemp(prefix="wan-random-")) / "wan2.1-t2v-1.3b-random"
-    started = time.perf_counter()
-    pipe.save_pretrained(model_dir)
-    report["save_s"] = round(time.perf_counter() - started, 1)
-    del pipe
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    model_dir, report["save_s"] = saved_model(args)
     gpus = torch.cuda.device_count() if args.device == "cuda" else None
     for name in [n for n in args.layouts.split(",") if n]:
-        cfg, ulysses = parse_layout(name)
+        cfg, ulysses, _ = parse_layout(name)
         if gpus is not None and cfg * ulysses > gpus:
             report["errors"].append(f"{name}: {cfg * ulysses} GPUs needed, {gpus} seen")
             continue
@@ -647,6 +651,8 @@ def run_layouts(args: argparse.Namespace) -> int:
                 out_file.write_text(json.dumps(report, indent=2))
                 break
             result = json.loads(lines[-1].removeprefix("PROBE_RESULT "))
+            closed = [line for line in log_path.read_text().splitlines() if line.startswith("PROBE_CLOSED ")]
+            result["close_s"] = json.loads(closed[-1].removeprefix("PROBE_CLOSED "))["close_s"] if closed else None
             result["start_to_ready_s"] = round(result.pop("ready_unix") - launched, 1)
             result["exit_status"] = child.returncode
             entry[start] = result
@@ -669,6 +675,8 @@ def summarise_layouts(layouts: dict[str, Any]) -> dict[str, Any]:
             "start_to_ready_cold_s": cold.get("start_to_ready_s"),
             "start_to_ready_warm_s": warm.get("start_to_ready_s"),
             "latency_s": warm.get("latency_s"),
+            "stages": warm.get("stages"),
+            "close_s": [cold.get("close_s"), warm.get("close_s")],
         }
         if one and name != "1":
             row["latency_vs_one_gpu"] = {
@@ -686,7 +694,7 @@ def start_probe(args: argparse.Namespace) -> int:
     from studio.engine.compile_cache import CompileCache, cache_key
     from studio.engine.parallel import ParallelSettings
 
-    cfg, ulysses = parse_layout(args.probe_layout)
+    cfg, ulysses, split_decode = parse_layout(args.probe_layout)
     tiers = [t for t in args.tiers.split(",") if t]
     sizes = [(*TIERS[tier], args.frames) for tier in tiers]
     options = {
@@ -710,7 +718,7 @@ def start_probe(args: argparse.Namespace) -> int:
         cuda_graphs=not args.no_cuda_graphs,
         fused_kernels=not args.no_fused_kernels,
         tune_kernels=args.tune_kernels,
-        parallel=ParallelSettings(cfg, ulysses),
+        parallel=ParallelSettings(cfg, ulysses, split_decode=split_decode),
         compile_cache=cache,
     )
     generator.load()
@@ -718,7 +726,7 @@ def start_probe(args: argparse.Namespace) -> int:
     warmup = generator.warmup(sizes, max_batch=1)
     result: dict[str, Any] = {
         "ready_unix": time.time(),
-        "layout": {"cfg_parallel_size": cfg, "ulysses_degree": ulysses},
+        "layout": {"cfg_parallel_size": cfg, "ulysses_degree": ulysses, "split_decode": split_decode},
         "cache_warm": cache.warm,
         "load_s": round(loaded - started, 2),
         "warmup_s": round(time.perf_counter() - loaded, 2),
@@ -758,8 +766,12 @@ def start_probe(args: argparse.Namespace) -> int:
         if generator.gpu.graphs is not None:
             result["cuda_graph_replays"] = generator.gpu.graphs.replays
         manager.shutdown()
-    generator.close()
     print("PROBE_RESULT " + json.dumps(result, default=str), flush=True)
+    # Out before the engine stops: the figures do not depend on it. How long stopping its ranks takes is a
+    # figure of its own.
+    closing = time.perf_counter()
+    generator.close()
+    print("PROBE_CLOSED " + json.dumps({"close_s": round(time.perf_counter() - closing, 2)}), flush=True)
     # The JobManager's worker is a daemon thread that shutdown does not join: an interpreter ending under it
     # aborts at times, after the result is out. This process has nothing else to finish.
     sys.stderr.flush()
@@ -797,7 +809,10 @@ def main() -> int:
     parser.add_argument("--replica-concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
-        "--layouts", default="", help="one request on several GPUs: 1, cfg2, ulysses2, cfg2xulysses2 (comma-separated)"
+        "--layouts",
+        default="",
+        help="one request on several GPUs: 1, cfg2, ulysses2, cfg2xulysses2, each with -decode0 for rank 0 "
+        "decoding alone (comma-separated)",
     )
     parser.add_argument("--probe-timeout", type=float, default=900.0, help="seconds one layout's start may take")
     # One layout's engine start, as --layouts runs it in a process of its own.

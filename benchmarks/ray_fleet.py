@@ -1,10 +1,17 @@
-"""Replicas on Ray: throughput of K embedded engines (one CPU thread each) placed as Ray actors, over one.
+"""Replicas on Ray: throughput of K embedded engines (one CPU thread each) placed as Ray actors, over one; and of
+the same K replicas run by the studio directly (no Ray), for what going through Ray costs.
 
-A local Ray on loopback (as `--cluster ray` starts without --ray-address) holds the fleet; the studio's controller
-sends the same run of requests to 1 replica, then K, alternating `--rounds` times, and reports the throughput
-ratio. The same shapes as benchmarks/routing.py, which measures the fleet on one machine without Ray.
+Each round, the studio's controller sends the same run of requests (after one warm-up request per replica) to:
+1 replica on Ray, K replicas on Ray (a local Ray on loopback, as `--cluster ray` starts without --ray-address,
+started for the two and shut down after them), then K replicas on this machine without Ray (no Ray process
+left to share the CPU with); every other round in the opposite order. The same shapes as benchmarks/routing.py. Reports the ratios of the medians: K on
+Ray over 1 on Ray (target >= 1.8x for 2), and K direct over K on Ray (target <= 1.03), and where the CPU went
+in each run (the studio, the engines, Ray's own processes and the replicas' actors), in cores.
 
-Usage: python benchmarks/ray_fleet.py [--replicas 2] [--requests 8] [--concurrency 4] [--rounds 1]
+The client polls at the studio's own default interval unless --poll-interval says otherwise.
+
+Usage: python benchmarks/ray_fleet.py [--replicas 2] [--requests 32] [--concurrency 4] [--rounds 3]
+    [--poll-interval S]
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -28,6 +38,8 @@ from studio.backend.request_state import RequestState  # noqa: E402
 from studio.backend.spec import RunSpec  # noqa: E402
 from studio.config import StudioSettings  # noqa: E402
 
+POLL_DEFAULT = StudioSettings.model_fields["poll_interval_s"].default
+
 
 def spec(prompt: str, copies: int, concurrency: int) -> RunSpec:
     return RunSpec(
@@ -35,51 +47,117 @@ def spec(prompt: str, copies: int, concurrency: int) -> RunSpec:
     )
 
 
-def throughput(replicas: int, args: argparse.Namespace, out: Path) -> float:
+def _kind(process: psutil.Process) -> str:
+    """Whose CPU a process's is: the studio's, an engine's, or Ray's (its servers, agents, workers, the actors)."""
+    if process.pid == os.getpid():
+        return "studio"
+    command = " ".join(process.cmdline())
+    return "engines" if "studio.engine" in command else "ray"
+
+
+def cpu_seconds() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of this process and everything under it, by pid."""
+    found = {}
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            found[process.pid] = (_kind(process), times.user + times.system)
+        except psutil.Error:
+            continue
+    return found
+
+
+@dataclass
+class Measure:
+    per_min: float  # videos per minute
+    cores: dict[str, float]  # CPU used during the run, in cores, by whose
+
+
+def measure(replicas: int, cluster: str, args: argparse.Namespace, out: Path) -> Measure:
     """Videos per minute of one run, after one warm-up request per replica."""
     settings = StudioSettings(
-        _env_file=None, engine_threads=1, replicas=replicas, cluster="ray", outputs_dir=out, poll_interval_s=0.05
+        _env_file=None,
+        engine_threads=1,
+        replicas=replicas,
+        cluster=cluster,
+        outputs_dir=out,
+        poll_interval_s=args.poll_interval,
     )
     controller = StudioController(settings)
     try:
         controller.start()
 
-        async def timed() -> float:
+        async def timed() -> Measure:
             await controller.new_run(spec("warm up", replicas, replicas)).wait()
-            started = time.perf_counter()
+            before, started = cpu_seconds(), time.perf_counter()
             views = await controller.new_run(spec("a red circle", args.requests, args.concurrency)).wait()
-            elapsed = time.perf_counter() - started
+            elapsed, after = time.perf_counter() - started, cpu_seconds()
             assert all(view.state is RequestState.DONE for view in views), [view.error for view in views]
-            return args.requests / elapsed * 60
+            cores: dict[str, float] = {}
+            for pid, (kind, seconds) in after.items():
+                cores[kind] = cores.get(kind, 0.0) + (seconds - before.get(pid, (kind, 0.0))[1]) / elapsed
+            return Measure(args.requests / elapsed * 60, cores)
 
         return asyncio.run(timed())
     finally:
         controller.close()
 
 
+def _line(name: str, result: Measure) -> str:
+    where = ", ".join(f"{kind} {cores:.2f}" for kind, cores in sorted(result.cores.items()))
+    return f"{name} {result.per_min:.2f} videos/min (cores: {where})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--poll-interval", type=float, default=POLL_DEFAULT)
     args = parser.parse_args()
-    ray_cluster.connect(num_cpus=args.replicas)
-    one, many = [], []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for i in range(args.rounds):
-                one.append(throughput(1, args, Path(tmp) / f"one{i}"))
-                many.append(throughput(args.replicas, args, Path(tmp) / f"many{i}"))
-                print(
-                    f"round {i}: 1 replica {one[-1]:.2f} videos/min, "
-                    f"{args.replicas} replicas {many[-1]:.2f} videos/min",
-                    flush=True,
+    k = args.replicas
+    one, many, direct = [], [], []
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; poll interval {args.poll_interval:g} s", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.rounds):
+            # Every other round in the opposite order, so that a machine that speeds up or slows down over a round
+            # does not favour one of the three.
+            flip = i % 2 == 1
+            if flip:
+                direct.append(measure(k, "local", args, Path(tmp) / f"direct{i}"))
+            ray_cluster.connect(num_cpus=k)
+            try:
+                for replicas in (k, 1) if flip else (1, k):
+                    (many if replicas == k else one).append(
+                        measure(replicas, "ray", args, Path(tmp) / f"r{replicas}-{i}")
+                    )
+            finally:
+                ray_cluster.shutdown()
+            if not flip:
+                direct.append(measure(k, "local", args, Path(tmp) / f"direct{i}"))
+            print(
+                f"round {i}: "
+                + "; ".join(
+                    (
+                        _line("Ray 1 replica", one[-1]),
+                        _line(f"Ray {k} replicas", many[-1]),
+                        _line(f"direct {k} replicas", direct[-1]),
+                    )
                 )
-    finally:
-        ray_cluster.shutdown()
-    ratio = statistics.median(many) / statistics.median(one)
-    print(f"{args.replicas} Ray replicas over 1: {ratio:.2f}x throughput (median of {args.rounds} rounds)")
+                + f"; ratios {many[-1].per_min / one[-1].per_min:.2f}x and {direct[-1].per_min / many[-1].per_min:.3f}"
+                + f"; load average {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+    median = {
+        name: statistics.median(r.per_min for r in runs)
+        for name, runs in (("one", one), ("many", many), ("direct", direct))
+    }
+    print(
+        f"{k} Ray replicas over 1: {median['many'] / median['one']:.2f}x throughput (medians of {args.rounds} rounds)"
+    )
+    print(f"{k} direct replicas over {k} on Ray: {median['direct'] / median['many']:.3f} (the cost of Ray; medians)")
     return 0
 
 

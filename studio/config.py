@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, StringConstraints, field_validator
+from pydantic import AliasChoices, Field, SecretStr, StringConstraints, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from studio.protocol import InferenceSteps
@@ -27,6 +27,8 @@ DEFAULT_MODEL_DIR = SMALL_MODEL_DIR
 DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
 
 EngineMode = Literal["embedded", "vllm-omni", "remote", "cosmos-framework"]
+# The engines whose servers the studio starts and stops itself (the others run on their own).
+MANAGED_ENGINES = ("embedded", "vllm-omni")
 Cluster = Literal["local", "ray"]
 Device = Literal["auto", "cpu", "cuda"]
 # A value a vLLM-Omni lever passes on (a cache backend, a quantization method, an attention backend): a name, never
@@ -183,7 +185,40 @@ class StudioSettings(BaseSettings):
         default=1,
         ge=1,
         description="servers of the model side by side behind the studio's router, each on its own GPUs "
-        "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree, and x --ring-degree for vLLM-Omni, GPUs)",
+        "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree, and x --ring-degree for vLLM-Omni, GPUs); "
+        "with --replicas-min/--replicas-max, how many it starts with (default: the minimum)",
+    )
+    # A fleet that follows its load: given both bounds, the studio adds a replica while the queue stays long and
+    # takes out one that has been idle a while (on Ray, or on this machine's GPUs or cores).
+    replicas_min: int | None = Field(
+        default=None,
+        ge=1,
+        description="the fewest replicas of a fleet that scales with its load (with --replicas-max; default: no "
+        "scaling, --replicas always)",
+    )
+    replicas_max: int | None = Field(
+        default=None,
+        ge=1,
+        description="the most replicas of a fleet that scales with its load: on this machine, its GPUs must hold "
+        "that many (with --replicas-min)",
+    )
+    scale_out_queue: float = Field(
+        default=4.0,
+        gt=0,
+        description="a scaling fleet adds a replica when its queue per serving replica (requests waiting in the "
+        "studio, and at the replicas) stays above this",
+    )
+    scale_out_after_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="seconds the queue per replica must stay above --scale-out-queue before a replica is added",
+        json_schema_extra=_flags("--scale-out-after"),
+    )
+    scale_in_idle_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="seconds a replica of a scaling fleet has had nothing to do before it is taken out",
+        json_schema_extra=_flags("--scale-in-idle"),
     )
 
     # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
@@ -272,6 +307,37 @@ class StudioSettings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in SERVER_DEFAULT_WORDS:
             return None
         return value.strip() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _scaling_bounds(self) -> StudioSettings:
+        low, high = self.replicas_min, self.replicas_max
+        if low is None and high is None:
+            return self
+        if low is None or high is None:
+            raise ValueError(
+                "--replicas-min and --replicas-max go together: give both for a fleet that scales with its load, "
+                "or neither for a fleet of --replicas"
+            )
+        if low > high:
+            raise ValueError(f"--replicas-min {low} is more than --replicas-max {high}")
+        if self.engine not in MANAGED_ENGINES:
+            raise ValueError(
+                f"--replicas-min/--replicas-max scale a fleet the studio runs (--engine embedded or vllm-omni), "
+                f"not {self.engine} servers"
+            )
+        if "replicas" not in self.model_fields_set:
+            self.replicas = low  # a scaling fleet starts small
+        elif not low <= self.replicas <= high:
+            raise ValueError(
+                f"--replicas {self.replicas} (the replicas it starts with) is outside --replicas-min {low} to "
+                f"--replicas-max {high}"
+            )
+        return self
+
+    @property
+    def scales(self) -> bool:
+        """The fleet follows its load (--replicas-min/--replicas-max)."""
+        return self.replicas_min is not None and self.replicas_max is not None
 
     def api_key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
@@ -377,6 +443,11 @@ class EngineSettings(BaseSettings):
     )
     parallel_start_timeout_s: float = Field(
         default=900.0, gt=0, description="seconds the other GPUs' processes may take to join and load the model"
+    )
+    split_vae_decode: bool = Field(
+        default=True,
+        description="with a request across GPUs, each GPU decodes a strip of the frames where that pays (480p and "
+        "up); off: the first GPU decodes alone while the others go on",
     )
     # Warm restart: what start-up compiles and measures, kept for the next start of the same engine.
     compile_cache: bool = Field(

@@ -26,7 +26,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from studio import plots
 from studio.backend.bench_config import BenchConfig
-from studio.backend.bench_fleets import Fleet, plan_bench, start_fleet, stop_fleet
+from studio.backend.bench_fleets import (
+    Fleet,
+    bench_cluster,
+    cluster_line,
+    cluster_record,
+    placement,
+    placement_line,
+    plan_bench,
+    start_fleet,
+    stop_fleet,
+)
 from studio.backend.client import server_root
 from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
 from studio.backend.cosmos_framework_client import LATENCY_ONLY
@@ -57,17 +67,20 @@ class CellResult:
     views: list[RequestView]
     server_metrics: list[dict[str, Any]]
     fleet: Fleet | None = None  # None: the endpoints the bench was given
+    nodes: list[str] | None = None  # on Ray: the node each replica of the fleet ran on
 
     def fleet_columns(self) -> dict[str, Any]:
         """Which fleet the cell ran on, and its throughput per device (GPU, or CPU core on a CPU)."""
         if self.fleet is None:
             return {}
         per_min = self.summary.throughput_per_min
+        where = {"cluster": "ray", "nodes": ", ".join(self.nodes or [])} if self.fleet.on_ray else {}
         return {
             "layout": str(self.fleet.layout),
             "replicas": self.fleet.layout.replicas,
             "width": self.fleet.layout.width,
             "variant": self.fleet.variant.name,
+            **where,
             "devices": self.fleet.devices,
             "device_kind": self.fleet.device_kind,
             "videos_per_min_per_device": None if per_min is None else per_min / self.fleet.devices,
@@ -427,7 +440,10 @@ async def _bench_fleet(
             endpoints=[server.base_url for server in servers],
             startup_s=[server.status().startup_s for server in servers],
             commands=[server.status().command for server in servers],
+            **await asyncio.to_thread(placement, fleet, servers),
         )
+        if fleet.on_ray:
+            on_stage(f"{fleet.label}: {placement_line(record['nodes'])}")
         pool = _pool(fleet.settings, record["endpoints"])
         try:
             async with pool.health_watched():
@@ -440,6 +456,8 @@ async def _bench_fleet(
     finally:
         on_stage(f"{fleet.label}: stopping")
         await asyncio.to_thread(stop_fleet, servers)
+    for cell in cells:
+        cell.nodes = [node["node"] for node in record.get("nodes", [])] or None
     return record, cells
 
 
@@ -474,6 +492,10 @@ async def bench_fleets(
     A fleet that does not start is reported and skipped; where none starts, ServerStartError says why for each."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    on_ray = next((fleet.settings for fleet in fleets if fleet.on_ray), None)
+    cluster = await asyncio.to_thread(cluster_record, on_ray) if on_ray else {"kind": "local"}
+    if on_ray:
+        on_stage(cluster_line(cluster))
     records: list[dict[str, Any]] = []
     cells: list[CellResult] = []
     for fleet in fleets:
@@ -492,6 +514,7 @@ async def bench_fleets(
             "model": next((r["model"] for r in records if r.get("model")), settings.model),
         },
         "environment": _environment(started),
+        "cluster": cluster,
         "fleets": records,
         **parts,
         "requests": request_rows(cells),
@@ -539,7 +562,9 @@ async def run_bench(
                         return await bench_pool(pool, store, settings, config, out, on_progress)
                 finally:
                     await pool.close()
-            fleets = fleets if fleets is not None else plan_bench(settings, config)
-            return await bench_fleets(fleets, store, settings, config, out, on_progress, console.print)
+            # With --cluster ray: one Ray for every fleet, left at the end where the bench joined it.
+            with bench_cluster(settings):
+                fleets = fleets if fleets is not None else plan_bench(settings, config)
+                return await bench_fleets(fleets, store, settings, config, out, on_progress, console.print)
     finally:
         store.close()

@@ -12,10 +12,10 @@ import contextlib
 import importlib.util
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from pydantic import ValidationError
@@ -246,7 +246,64 @@ class JobOutcome:
 UpdateCallback = Callable[[JobRecord], Awaitable[None] | None]
 
 
-class VideoClient:
+class ServerClient:
+    """What every client of one server shares, whatever its contract: the options the endpoint pool builds each
+    client from, closing, and the async context. Subclasses speak the contract (VideoClient: vLLM-Omni's video
+    API; studio.backend.cosmos_framework_client: the Cosmos Framework server's)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        http_timeout_s: float = 60.0,
+        poll_interval_s: float = 0.25,
+        max_retries: int = 2,
+    ):
+        self.base_url = self.server_url(base_url)
+        self.api_key = api_key
+        self.http_timeout_s = http_timeout_s
+        self.poll_interval_s = poll_interval_s
+        self.max_retries = max_retries
+
+    @staticmethod
+    def server_url(url: str) -> str:
+        """The URL the contract's routes hang from, for a server URL as the user gave it."""
+        return normalize_base_url(url)
+
+    async def close(self) -> None:
+        """Nothing held between calls, unless a subclass holds it."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def save_stream(chunks: AsyncIterable[bytes], dest: Path) -> int:
+    """Write a video's bytes to `dest` via a .part file, renamed when whole (a broken-off download leaves no file
+    that looks like a video). Returns its size in bytes. A disk that cannot take it (full, read-only, gone) is a
+    ClientError; any other failure, the stream's own, is raised as it is."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    size = 0
+    try:
+        with part.open("wb") as handle:
+            async for chunk in chunks:
+                handle.write(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        raise ClientError(f"cannot write the video to {dest.parent}: {exc.strerror or exc}") from exc
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    part.replace(dest)
+    return size
+
+
+class VideoClient(ServerClient):
     """Speaks to one server. Safe to share between concurrent jobs."""
 
     def __init__(
@@ -257,8 +314,7 @@ class VideoClient:
         poll_interval_s: float = 0.25,
         max_retries: int = 2,
     ):
-        self.base_url = normalize_base_url(base_url)
-        self.poll_interval_s = poll_interval_s
+        super().__init__(base_url, api_key, http_timeout_s, poll_interval_s, max_retries)
         self._options = {
             "base_url": self.base_url,
             "api_key": api_key or "EMPTY",
@@ -294,12 +350,6 @@ class VideoClient:
         except httpx.HTTPError:
             return False
 
-    async def __aenter__(self) -> VideoClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     # ---- single calls ------------------------------------------------------------------------------
     async def create(self, request: VideoRequest) -> JobRecord:
         """POST /v1/videos. Returns the job (possibly already failed, e.g. a guardrail block)."""
@@ -317,28 +367,14 @@ class VideoClient:
         return await self._job_answer(self._sdk.videos.with_raw_response.retrieve(job_id), "retrieve")
 
     async def download(self, job_id: str, dest: Path) -> int:
-        """Stream the mp4 to dest (via a .part file, renamed when whole). Returns its size in bytes."""
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        part = dest.with_name(dest.name + ".part")
-        size = 0
+        """Stream the mp4 to dest (save_stream). Returns its size in bytes."""
         try:
             async with self._sdk.videos.with_streaming_response.download_content(job_id) as response:
-                with part.open("wb") as handle:
-                    async for chunk in response.iter_bytes():
-                        handle.write(chunk)
-                        size += len(chunk)
+                return await save_stream(response.iter_bytes(), dest)
         except openai.APIStatusError as exc:
-            part.unlink(missing_ok=True)
             raise RequestRejected(self._message(exc), exc.status_code) from exc
         except (openai.APIConnectionError, httpx.HTTPError) as exc:
-            part.unlink(missing_ok=True)
             raise ClientError(f"download of {job_id} from {self.base_url} broke off: {exc}") from exc
-        except OSError as exc:  # the outputs disk: full, read-only, gone
-            part.unlink(missing_ok=True)
-            raise ClientError(f"cannot write the video to {dest.parent}: {exc.strerror or exc}") from exc
-        part.replace(dest)
-        return size
 
     async def cancel(self, job_id: str) -> bool:
         """DELETE the job. True if the server confirmed; False if it no longer knows the job."""
@@ -386,7 +422,7 @@ class VideoClient:
         """Poll a job the server already has until it finishes, then download it (also after a restart of
         the studio: the job is found again by its id)."""
         timings = timings or RequestTimings()
-        await _call(on_update, record)
+        await notify(on_update, record)
         deadline = time.monotonic() + timeout_s
         interval, seen_state = self.poll_interval_s, (record.status, record.progress)
         # (time, progress) the job's rate of progress is measured from: when it was last seen queued (progress 0),
@@ -421,7 +457,7 @@ class VideoClient:
                     timings.last_queued = asked
                 elif record.status is JobStatus.IN_PROGRESS and timings.first_running is None:
                     timings.first_running = seen
-                await _call(on_update, record)
+                await notify(on_update, record)
         except asyncio.CancelledError:
             await asyncio.shield(self._quiet_cancel(record.id))
             raise
@@ -475,7 +511,8 @@ class VideoClient:
         raise RequestRejected(f"HTTP {exc.status_code}: {self._message(exc)}", exc.status_code) from exc
 
 
-async def _call(callback: UpdateCallback | None, record: JobRecord) -> None:
+async def notify(callback: UpdateCallback | None, record: JobRecord) -> None:
+    """Tell `callback` (a function or a coroutine function, or None) of the job's record."""
     if callback is None:
         return
     result = callback(record)

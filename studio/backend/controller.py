@@ -1,5 +1,8 @@
 """The studio's back end as one object: the engine it manages (or the servers it attaches to), the
 endpoint pool, the output store and the runs. The CLI and the page both drive this; it imports no UI.
+
+A managed fleet is made one replica at a time (on this machine, or as Ray actors); with --replicas-min and
+--replicas-max a loop adds and takes out replicas as the queue asks (autoscale.py), while runs go on.
 """
 
 from __future__ import annotations
@@ -9,16 +12,28 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Protocol
 
 from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
 from studio import tiers
+from studio.backend.autoscale import (
+    CHECK_INTERVAL_S,
+    Autoscaler,
+    FleetLoad,
+    ReplicaLoad,
+    ScalingHooks,
+    ScalingLoop,
+    ScalingPolicy,
+)
 from studio.backend.board import RequestBoard
 from studio.backend.client import load_sdk, server_root
 from studio.backend.engines import client_class_for
 from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
 from studio.backend.fleet import layout_label, managed_fleet, plan_fleet
+from studio.backend.launchers import LaunchError
 from studio.backend.recovery import leftovers_to_follow
+from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
 from studio.backend.spec import RunSpec
@@ -35,6 +50,19 @@ HOUR_S = 3600.0
 REMOTE_URLS_WHERE = "the Server tab's 'Remote URLs', or --url"
 
 
+# How often a replica taken out is looked at for requests still outstanding there.
+DRAIN_POLL_S = 0.2
+
+
+def _whereabouts(server: ManagedServer) -> str:
+    """Where a replica runs, as far as it says: ' on node 10.0.0.5 (1a2b3c4d), GPUs 0,1'."""
+    node = getattr(server, "node", None)
+    parts = [f"node {node}"] if node else []
+    if server.gpus:
+        parts.append(f"GPUs {','.join(server.gpus)}")
+    return f" on {', '.join(parts)}" if parts else ""
+
+
 # What the operator may change while the studio serves: how visitors share the servers.
 SHARING_FIELDS = (
     "in_flight_slots",
@@ -43,6 +71,55 @@ SHARING_FIELDS = (
     "visitor_max_videos_per_hour",
     "cancel_unsent_on_close",
 )
+
+
+class ReplicaMaker(Protocol):
+    """Makes a fleet's replicas one at a time, and ends those taken out (LocalReplicas, or ray_fleet.RayReplicas)."""
+
+    @property
+    def layout(self) -> str: ...
+
+    def new(self) -> ManagedServer: ...
+
+    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool: ...
+
+    def retire(self, server: ManagedServer) -> None: ...
+
+
+class LocalReplicas:
+    """The fleet on this machine's GPUs (or cores). Planned for the most replicas it may have (--replicas-max, else
+    --replicas), so that each replica, one added later too, has GPUs of its own (or its share of the cores)."""
+
+    def __init__(self, settings: StudioSettings, logs_dir: Path):
+        most = settings.replicas_max if settings.scales else settings.replicas
+        self._settings = settings.model_copy(update={"replicas": most})
+        try:
+            self._plan = plan_fleet(self._settings)
+        except LaunchError as exc:
+            if settings.scales:
+                raise LaunchError(f"--replicas-max {most}: {exc}") from exc
+            raise
+        label = layout_label(self._settings, self._plan)
+        self.layout = f"{settings.replicas_min}-{most} x {label.split(' x ', 1)[1]}" if settings.scales else label
+        self._logs_dir = logs_dir
+        self._indices: dict[ManagedServer, int] = {}
+        self._lock = threading.Lock()
+
+    def new(self) -> ManagedServer:
+        """The replica on the first GPU group (or share of the cores) no running replica holds."""
+        with self._lock:
+            index = min(set(range(len(self._plan))) - set(self._indices.values()))
+            (server,) = managed_fleet(self._settings, self._logs_dir, [self._plan[index]])
+            self._indices[server] = index
+        return server
+
+    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool:
+        return True  # its GPUs were planned for it
+
+    def retire(self, server: ManagedServer) -> None:
+        server.stop()
+        with self._lock:
+            self._indices.pop(server, None)
 
 
 class StudioController:
@@ -77,6 +154,11 @@ class StudioController:
         self._resumed = False
         self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
         self.auto_restart_note: str | None = None  # the last auto-restart, for the page
+        self._replicas: ReplicaMaker | None = None  # makes and ends the managed fleet's replicas
+        # Adds and takes out replicas with the load (settings.scales); made with the fleet.
+        self.scaling: ScalingLoop | None = None
+        self.autoscale_interval_s = CHECK_INTERVAL_S
+        self._scaling_lock = threading.Lock()  # a replica joins the fleet, or the fleet stops: one at a time
         if server is not None:
             server.on_exit(self._server_exited)
 
@@ -98,20 +180,13 @@ class StudioController:
         self.start_error = None
         with self._lock:
             if self.managed:
-                if not self.servers and self.settings.cluster == "ray":
-                    # Imported here: Ray is an optional extra, and a studio on one machine never loads it.
-                    from studio.backend.ray_fleet import ray_fleet, ray_layout_label
-
-                    self.layout = ray_layout_label(self.settings)
-                    self.servers = ray_fleet(self.settings, self.store.logs_dir)
+                if not self.servers:
+                    self._replicas = self._replica_maker()
+                    self.layout = self._replicas.layout
+                    self.servers = [self._replicas.new() for _ in range(self.settings.replicas)]
                     for replica in self.servers:
                         replica.on_exit(self._server_exited)
-                elif not self.servers:
-                    plan = plan_fleet(self.settings)
-                    self.layout = layout_label(self.settings, plan)
-                    self.servers = managed_fleet(self.settings, self.store.logs_dir, plan)
-                    for replica in self.servers:
-                        replica.on_exit(self._server_exited)
+                    self.scaling = self._scaling_loop()
                 servers = list(self.servers)
             else:
                 if not self.settings.remote_urls:
@@ -128,6 +203,16 @@ class StudioController:
             for server in servers:
                 server.wait_ready()
         self._attach([server.base_url for server in servers])
+        if self.scaling is not None:
+            self.scaling.start()
+
+    def _replica_maker(self) -> ReplicaMaker:
+        if self.settings.cluster == "ray":
+            # Imported here: Ray is an optional extra, and a studio on one machine never loads it.
+            from studio.backend.ray_fleet import RayReplicas
+
+            return RayReplicas(self.settings, self.store.logs_dir)
+        return LocalReplicas(self.settings, self.store.logs_dir)
 
     def _attach(self, urls: list[str]) -> None:
         pool = EndpointPool.from_urls(
@@ -160,8 +245,14 @@ class StudioController:
             log.error("engine start failed: %s", exc)
 
     def stop(self) -> None:
+        scaling = self.scaling
+        if scaling is not None:
+            with self._scaling_lock:  # no replica joins the fleet after this: it is stopped below, or never started
+                scaling.stopped.set()
         for server in self.servers:
             server.stop()
+        if scaling is not None:
+            scaling.stop()  # an add under way gives up once its server is stopped
         with self._lock:
             self._starter = None  # a later start_in_background starts again
 
@@ -173,7 +264,12 @@ class StudioController:
     def apply_settings(self, settings: StudioSettings) -> None:
         """New engine settings: they take effect on the next start (the server is rebuilt)."""
         self.stop()
+        if self._replicas is not None:
+            for server in self.servers:
+                self._replicas.retire(server)  # on Ray: the actors end, and their GPUs go to the new fleet
         with self._lock:
+            self._replicas = None
+            self.scaling = None
             self.settings = settings
             self.servers = []
             self.layout = None
@@ -193,7 +289,7 @@ class StudioController:
         with self._lock:
             self.settings = settings
             self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
-            self.dispatcher.set_slots(self._slot_count(len(self.pool.endpoints) if self.pool else 1))
+            self.dispatcher.set_slots(self._slot_count(self.pool.taking_work if self.pool else 1))
         return settings
 
     def set_auto_restart(self, on: bool) -> None:
@@ -212,7 +308,7 @@ class StudioController:
             return f"{kind}: {urls}{serving}" if self.pool else f"{kind}: not attached"
         if self.start_error:
             return f"{self.settings.engine} engine failed to start: {self.start_error}"
-        if len(self.servers) > 1:
+        if len(self.servers) > 1 or (self.settings.scales and self.servers):
             states = [server.state for server in self.servers]
             ready = states.count(ServerState.READY)
             others = ", ".join(
@@ -271,6 +367,106 @@ class StudioController:
         if url and server.base_url != url:
             self.pool.replace_url(url, server.base_url, **self._client_options())
         self.pool.mark_restarted(server.base_url, ok=True)
+
+    # ---- a fleet that follows its load -------------------------------------------------------------
+    def _scaling_loop(self) -> ScalingLoop | None:
+        settings = self.settings
+        if not settings.scales:
+            return None
+        assert settings.replicas_min is not None and settings.replicas_max is not None
+        policy = ScalingPolicy(
+            min_replicas=settings.replicas_min,
+            max_replicas=settings.replicas_max,
+            queue_per_replica=settings.scale_out_queue,
+            sustain_s=settings.scale_out_after_s,
+            idle_s=settings.scale_in_idle_s,
+        )
+        hooks = ScalingHooks(read=self.fleet_load, add=self._add_replica, remove=self._remove_replica)
+        return ScalingLoop(Autoscaler(policy), hooks, interval_s=self.autoscale_interval_s)
+
+    def fleet_load(self) -> FleetLoad:
+        """The queue as the autoscaler sees it: requests waiting that could be sent now, and each replica's."""
+        pool = self.pool
+        endpoints = {ep.url: ep for ep in pool.endpoints} if pool is not None else {}
+        replicas = []
+        for server in self.servers:
+            endpoint = endpoints.get(server.base_url) if server.port else None
+            takes_work = endpoint is not None and endpoint.healthy and not endpoint.retiring
+            replicas.append(
+                ReplicaLoad(
+                    name=server.name,
+                    in_flight=endpoint.outstanding if endpoint is not None else 0,
+                    serving=server.state is ServerState.READY and takes_work,
+                    starting=server.state is ServerState.STARTING,
+                )
+            )
+        return FleetLoad(waiting=self._sendable(), replicas=tuple(replicas))
+
+    def _sendable(self) -> int:
+        """Requests waiting in the studio that another replica could take now: of each run, those waiting, up to
+        what its own concurrency lets it have out beside those it has out already (a run of concurrency 1 keeps
+        one replica busy, however long its queue)."""
+        total = 0
+        for run in list(self.board.runs):
+            if run.finished:
+                continue
+            states = [view.state for view in run.views]
+            waiting = states.count(RequestState.WAITING)
+            out = sum(1 for state in states if not state.finished) - waiting
+            total += min(waiting, max(0, run.spec.concurrency - out))
+        return total
+
+    def _add_replica(self, cancelled: threading.Event) -> str:
+        """One more replica: placed (by Ray, where the fleet is on Ray), started, and given work once it answers."""
+        assert self._replicas is not None and self.pool is not None
+        began = time.monotonic()
+        server = self._replicas.new()
+        try:
+            if not self._replicas.wait_placed(server, cancelled):
+                raise RuntimeError("called off: the fleet stops")
+            placed = time.monotonic()
+            with self._scaling_lock:
+                if cancelled.is_set():
+                    raise RuntimeError("called off: the fleet stops")
+                server.on_exit(self._server_exited)
+                self.servers = [*self.servers, server]  # a new list: readers of the old one see a whole fleet
+                server.start(wait=False)
+            server.wait_ready()
+            self.pool.add(server.base_url, **self._client_options())
+        except BaseException:
+            self._drop_replica(server)
+            raise
+        self.dispatcher.set_slots(self._slot_count(self.pool.taking_work))
+        placing = f" ({placed - began:.1f} s for Ray to place it)" if self.settings.cluster == "ray" else ""
+        return (
+            f"{server.name} serving at {server.base_url}{_whereabouts(server)}, "
+            f"{time.monotonic() - began:.1f} s after the decision{placing}"
+        )
+
+    def _remove_replica(self, name: str, cancelled: threading.Event) -> str:
+        """Take a replica out: no new work goes there, what it has finishes, then it stops (on Ray its actor ends
+        too, and Ray has its GPUs back)."""
+        assert self._replicas is not None and self.pool is not None
+        server = next((server for server in self.servers if server.name == name), None)
+        if server is None or not server.port:
+            raise ValueError(f"no {name} serving in the fleet")
+        url = server.base_url
+        endpoint = self.pool.retire(url)
+        self.dispatcher.set_slots(self._slot_count(self.pool.taking_work))
+        # Normally there is nothing to wait for (it was idle), unless a request reached it as it was chosen.
+        while endpoint.outstanding and not cancelled.wait(DRAIN_POLL_S):
+            pass
+        if endpoint.outstanding:
+            raise RuntimeError(f"called off: the fleet stops while {name} still has {endpoint.outstanding} requests")
+        self.pool.remove(url)
+        self._drop_replica(server)
+        return f"{name} at {url} stopped" + (" and its Ray actor ended" if self.settings.cluster == "ray" else "")
+
+    def _drop_replica(self, server: ManagedServer) -> None:
+        with self._scaling_lock:
+            self.servers = [other for other in self.servers if other is not server]
+        if self._replicas is not None:
+            self._replicas.retire(server)
 
     def default_frames(self, tier: str) -> int:
         """Frames when the user gives none: the setting, else the tier's Cosmos 3 default (189). The embedded
@@ -367,7 +563,7 @@ class StudioController:
         recent = self.board.recent_inference_s()
         eta_s = None
         if recent:
-            servers = len(self.pool.endpoints) if self.pool else 1
+            servers = self.pool.taking_work if self.pool else 1
             eta_s = (sum(ahead.values()) + queued + mine_in_flight) * (sum(recent) / len(recent)) / servers
         return Standing(queued, mine_in_flight, sum(ahead.values()), len(ahead), eta_s)
 
@@ -386,8 +582,16 @@ class StudioController:
         if leftovers is None:
             return 0
         pool, rows = leftovers
-        if rows:
-            run = Run.resume(rows, pool, self.store, request_timeout_s=self.settings.request_timeout_s)
+        # A follow-up run per visitor: each sees, cancels and counts their own requests as before the restart.
+        by_visitor: dict[str, list[dict]] = {}
+        for row in rows:
+            by_visitor.setdefault(row.get("visitor") or LOCAL_OPERATOR.id, []).append(row)
+        for visitor_id, theirs in by_visitor.items():
+            name = visitor_id.partition(":")[2] or visitor_id  # "user:alice": alice (history keeps ids only)
+            visitor = LOCAL_OPERATOR if visitor_id == LOCAL_OPERATOR.id else Visitor(id=visitor_id, name=name)
+            run = Run.resume(
+                theirs, pool, self.store, request_timeout_s=self.settings.request_timeout_s, visitor=visitor
+            )
             self.board.add_run(run)
             run.start()
         return len(rows)

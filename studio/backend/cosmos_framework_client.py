@@ -36,10 +36,14 @@ from studio.backend.client import (
     JobTimeout,
     RequestRejected,
     RequestTimings,
+    ServerClient,
     ServerUnreachable,
     UpdateCallback,
+    notify,
+    save_stream,
 )
 from studio.backend.http import async_client, tls_context
+from studio.backend.spec import NO_UPLOAD
 from studio.protocol import JobError, JobRecord, JobStatus, VideoRequest, error_message, is_guardrail_block
 
 log = logging.getLogger(__name__)
@@ -62,10 +66,6 @@ NO_FOLLOW_UP = (
 GUARDRAILS_AT_START = (
     "guardrails are a start-up setting of the Cosmos Framework server (--guardrails / --no-guardrails); "
     "a request cannot change them"
-)
-NO_UPLOAD = (
-    "the Cosmos Framework server takes no upload: give the image for image-to-video as a URL it can fetch "
-    "(http(s) or s3) or a path on its own disk"
 )
 # Keys of the request body (OmniSampleOverrides) a caller may add through extra_params; any other is refused
 # here, as the server would refuse it with a 422.
@@ -154,36 +154,17 @@ def _guardrail_message(message: str) -> str:
     return message
 
 
-class CosmosFrameworkClient:
+class CosmosFrameworkClient(ServerClient):
     """Speaks to one Cosmos Framework server, with `VideoClient`'s interface. Safe to share between concurrent
-    requests (each call opens its own connection: a call lasts minutes, so pooling saves nothing)."""
+    requests (each call opens its own connection: a call lasts minutes, so pooling saves nothing). Of the shared
+    options, `poll_interval_s` and `max_retries` go unused: nothing is polled here, and a generate call is never
+    retried (a retry after a lost answer would make the video twice)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        http_timeout_s: float = 60.0,
-        poll_interval_s: float = 0.25,
-        max_retries: int = 2,
-    ):
-        # `poll_interval_s` and `max_retries` are VideoClient's: nothing is polled here, and a generate call is
-        # never retried (a retry after a lost answer would make the video twice).
-        self.base_url = server_base(base_url)
-        self.api_key = api_key
-        self.http_timeout_s = http_timeout_s
+    server_url = staticmethod(server_base)
 
     @property
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    async def close(self) -> None:
-        """Nothing held between calls."""
-
-    async def __aenter__(self) -> CosmosFrameworkClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # ---- the server's read-only routes --------------------------------------------------------------
     async def served_models(self, timeout_s: float = 5.0) -> list[str]:
@@ -244,10 +225,10 @@ class CosmosFrameworkClient:
                 record = record.model_copy(update={"status": JobStatus.IN_PROGRESS, "created_at": timings.accepted})
                 if on_accepted is not None:
                     on_accepted(record)
-                await _call(on_update, record)
+                await notify(on_update, record)
 
         timings.sent = time.time()
-        await _call(on_update, record)
+        await notify(on_update, record)
         timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S, write=self.http_timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
@@ -275,7 +256,7 @@ class CosmosFrameworkClient:
             ) from exc
         answered = time.time()
         record = self._answer_record(record, response, answered)
-        await _call(on_update, record)
+        await notify(on_update, record)
         if record.status is not JobStatus.COMPLETED:
             return JobOutcome(record=record, timings=timings)
         assert record.file_name is not None
@@ -343,11 +324,7 @@ class CosmosFrameworkClient:
         )
 
     async def download(self, file: str, dest: Path) -> int:
-        """Stream GET /outputs/<file> to dest (via a .part file, renamed when whole). Returns its size in bytes."""
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        part = dest.with_name(dest.name + ".part")
-        size = 0
+        """Stream GET /outputs/<file> to dest (save_stream). Returns its size in bytes."""
         url = f"{self.base_url}/outputs/{file.lstrip('/')}"
         try:
             async with async_client(self.http_timeout_s) as http, http.stream("GET", url, headers=self._headers) as r:
@@ -358,21 +335,9 @@ class CosmosFrameworkClient:
                         f"(HTTP {r.status_code}): {error_message(r.content)}",
                         r.status_code,
                     )
-                with part.open("wb") as handle:
-                    async for chunk in r.aiter_bytes():
-                        handle.write(chunk)
-                        size += len(chunk)
+                return await save_stream(r.aiter_bytes(), dest)
         except httpx.HTTPError as exc:
-            part.unlink(missing_ok=True)
             raise ClientError(f"download of {url} broke off: {exc or type(exc).__name__}") from exc
-        except OSError as exc:  # the outputs disk: full, read-only, gone
-            part.unlink(missing_ok=True)
-            raise ClientError(f"cannot write the video to {dest.parent}: {exc.strerror or exc}") from exc
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        part.replace(dest)
-        return size
 
     # ---- what VideoClient can do and this server cannot ------------------------------------------------
     async def follow(
@@ -392,11 +357,3 @@ class CosmosFrameworkClient:
     async def cancel(self, job_id: str) -> bool:
         """The server has no cancel: False, as for a job the server no longer knows."""
         return False
-
-
-async def _call(callback: UpdateCallback | None, record: JobRecord) -> None:
-    if callback is None:
-        return
-    result = callback(record)
-    if asyncio.iscoroutine(result):
-        await result

@@ -80,9 +80,10 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
     else:
         groups = [None] * count
     threads = settings.engine_threads
-    if settings.engine == "embedded" and threads is None and count > 1 and groups[0] is None:
-        # Replicas on one CPU share its cores: each gets its part, or they steal each other's.
-        threads = max(1, (cores or cpu_cores()) // count)
+    if settings.engine == "embedded" and threads is None and count * width > 1 and groups[0] is None:
+        # Replicas on one CPU share its cores, and so do the ranks of a replica as wide as several devices: each
+        # rank gets its part, or they steal each other's.
+        threads = max(1, (cores or cpu_cores()) // (count * width))
     replicas = []
     for index, group in enumerate(groups):
         update: dict[str, object] = {"replicas": 1, "engine_threads": threads}

@@ -1,16 +1,19 @@
 """Fleet layouts a bench compares: REPLICASxWIDTH, e.g. `1x4,2x2,4x1` on four GPUs.
 
 A layout is K replicas side by side, each W wide. For vLLM-Omni the width is its tensor parallel size (a replica
-then holds W x cfg parallel x ulysses GPUs); the embedded engine runs a request on one device, so its layouts
-take width 1. Every layout is checked against the GPUs (from --gpus, or every GPU found) before any server of
+then holds W x cfg parallel x ulysses GPUs); for the embedded engine it is the engine's own parallelism, one
+request on W devices: the guidance halves on two (cfg parallel 2) and the tokens split across the rest (Ulysses),
+e.g. width 2 = cfg 2, width 4 = cfg 2 x ulysses 2, width 3 = ulysses 3. Every layout is checked against the GPUs (from --gpus, or every GPU found) before any server of
 the bench starts, by the same planner the studio's fleet uses (studio.backend.fleet.plan_fleet).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.config import StudioSettings
@@ -23,6 +26,8 @@ MAX_REPLICAS = 64
 MAX_WIDTH = 64
 _LAYOUT = re.compile(r"^(\d+)\s*[xX]\s*(\d+)$")
 SYNTAX = "layouts take REPLICASxWIDTH separated by commas, e.g. 1x4,2x2,4x1"
+# The pipelines whose requests the embedded engine spreads over several devices (studio.engine.loader's own loop).
+SPREADING_PIPELINES = ("WanPipeline",)
 
 
 class LayoutError(ValueError):
@@ -66,10 +71,17 @@ def parse_layouts(value: Any) -> list[Layout]:
     return layouts
 
 
+def embedded_split(width: int) -> tuple[int, int]:
+    """The embedded engine's (cfg parallel size, ulysses degree) for a replica `width` devices wide: guidance split
+    first (it exchanges one tensor a step, where Ulysses exchanges every attention's), then the tokens."""
+    return (2, width // 2) if width % 2 == 0 else (1, width)
+
+
 def settings_layout(settings: StudioSettings) -> Layout:
-    """The layout the settings ask for: --replicas x --tp (the embedded engine: width 1)."""
-    width = settings.tensor_parallel_size if settings.engine == "vllm-omni" else 1
-    return Layout(settings.replicas, width)
+    """The layout the settings ask for: --replicas x --tp (the embedded engine: x its cfg parallel x ulysses)."""
+    if settings.engine == "vllm-omni":
+        return Layout(settings.replicas, settings.tensor_parallel_size)
+    return Layout(settings.replicas, settings.cfg_parallel_size * settings.ulysses_degree)
 
 
 def layout_settings(settings: StudioSettings, layout: Layout) -> StudioSettings:
@@ -79,16 +91,30 @@ def layout_settings(settings: StudioSettings, layout: Layout) -> StudioSettings:
             "layouts and variants are fleets the bench starts; the remote engine attaches to servers that already "
             "run (use --engine vllm-omni or embedded)"
         )
-    if settings.engine == "embedded" and layout.width != 1:
-        raise LayoutError(
-            f"layout {layout}: the embedded engine runs each request on one device (it has no tensor "
-            f"parallelism), so its layouts take width 1, e.g. {layout.replicas * layout.width}x1; "
-            "a wider replica needs --engine vllm-omni"
-        )
     update: dict[str, object] = {"replicas": layout.replicas}
     if settings.engine == "vllm-omni":
         update["tensor_parallel_size"] = layout.width
+    else:
+        if layout.width > 1:
+            _check_spreads(settings, layout)
+        update["cfg_parallel_size"], update["ulysses_degree"] = embedded_split(layout.width)
     return settings.model_copy(update=update)
+
+
+def _check_spreads(settings: StudioSettings, layout: Layout) -> None:
+    """The embedded engine runs one request on several devices in its own loop, which drives Wan pipelines: a
+    model folder that names another pipeline is refused before anything starts (a hub id is left to the start)."""
+    index = Path(settings.model) / "model_index.json"
+    try:
+        pipeline = json.loads(index.read_text()).get("_class_name")
+    except (OSError, ValueError):
+        return
+    if pipeline not in SPREADING_PIPELINES:
+        raise LayoutError(
+            f"layout {layout}: the embedded engine runs one request on several devices for Wan pipelines "
+            f"({', '.join(SPREADING_PIPELINES)}); {settings.model} is a {pipeline}: use width 1, e.g. "
+            f"{layout.replicas * layout.width}x1, or a Wan model"
+        )
 
 
 def plan_layout(settings: StudioSettings, layout: Layout, found: list[str] | None = None) -> list[Replica]:

@@ -9,14 +9,19 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import socket
 import threading
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 INSTALL_HINT = "--cluster ray needs Ray: install the studio with its extra, `pip install .[ray]`"
+# How long a --ray-address may take to accept a connection: Ray itself retries an address that does not answer
+# for minutes.
+PROBE_TIMEOUT_S = 5.0
 
 
 class RayUnavailable(RuntimeError):
@@ -42,6 +47,9 @@ _stopped = threading.Event()  # set at shutdown: the thread that started a local
 def import_ray():
     # Read by Ray when it is imported and by the processes it starts: no usage report leaves the machine.
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray runs its workers at niceness 15, and the replicas' servers they start inherit it: any other work on the
+    # node would then starve the servers. They run at the node's normal priority, as they would outside Ray.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         import ray
     except ImportError as exc:
@@ -49,9 +57,10 @@ def import_ray():
     return ray
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> RayConnection:
-    """Join the Ray at `address` (host:6379), or start a local one on loopback with `num_cpus` CPUs (default: all).
-    Where this process is already connected (a caller that started Ray itself), that Ray is used as it is."""
+def connect(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None) -> RayConnection:
+    """Join the Ray at `address` (host:6379), or start a local one on loopback with `num_cpus` CPUs and `num_gpus`
+    GPUs (default: what Ray finds). Where this process is already connected (a caller that started Ray itself),
+    that Ray is used as it is."""
     global _connection
     ray = import_ray()
     with _lock:
@@ -60,6 +69,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> RayConne
                 _connection = RayConnection(address=address, started_here=False)
             return _connection
         if address:
+            check_answers(address)
             try:
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -67,13 +77,31 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> RayConne
             _connection = RayConnection(address=address, started_here=False)
         else:
             _loopback_only(ray)
-            _start_local(ray, num_cpus)
+            _start_local(ray, num_cpus, num_gpus)
             _connection = RayConnection(address=None, started_here=True)
             log.info("started a local Ray on %s", LOOPBACK)
         return _connection
 
 
-def _start_local(ray, num_cpus: int | None) -> None:
+def check_answers(address: str) -> None:
+    """RayUnavailable at once where nothing listens at `address` (host:port): Ray itself retries for minutes."""
+    where = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        host, port = where.hostname, where.port
+    except ValueError:  # a port that is not a number: Ray says what is wrong with it
+        return
+    if not host or not port:
+        return
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise RayUnavailable(
+            f"cannot join the Ray cluster at {address}: nothing answers there ({exc.strerror or exc}); start its "
+            "head with `ray start --head --port PORT`, or leave --ray-address out for a local Ray"
+        ) from None
+
+
+def _start_local(ray, num_cpus: int | None, num_gpus: int | None = None) -> None:
     """Start a local Ray from a thread that lives until shutdown. Ray ties its node's processes (GCS, raylet) to
     the thread that starts them, which Linux signals when that thread ends: started from the studio's own
     short-lived starter thread, they would die with it."""
@@ -86,6 +114,7 @@ def _start_local(ray, num_cpus: int | None) -> None:
             ray.init(
                 address="local",
                 num_cpus=num_cpus,
+                num_gpus=num_gpus,
                 include_dashboard=False,
                 _node_ip_address=LOOPBACK,
                 log_to_driver=False,

@@ -7,6 +7,9 @@ A server that dies on its own is reported to the studio (what it ran fails, what
 replicas) and started again on its port: by the studio's auto-restart where that is on, else by its RayServer.
 An actor whose process or node dies is restarted by Ray (max_restarts); its server is then started again the same
 way, after the one the dead actor left on the node is ended.
+
+`RayReplicas` makes the replicas, one at a time: the fleet of --replicas at start, and one more whenever the
+studio scales out; a replica taken out is stopped and its actor ended, so that Ray has its GPUs (or CPUs) back.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ ACTOR_CONCURRENCY = 8
 STOP_TIMEOUT_S = 30.0
 # How long a call that only reads (status, log) waits for an actor: the page must not hang on a dead node.
 READ_TIMEOUT_S = 10.0
+# How often a wait for Ray to place a new replica looks whether it was called off.
+PLACE_POLL_S = 0.25
 
 
 class _NodeServer(ManagedServer):
@@ -60,6 +65,8 @@ class ReplicaHost:
         import ray
 
         self.host = ray_cluster.LOOPBACK if loopback else ray.util.get_node_ip_address()
+        # Which node Ray placed it on, for the page: the node's address and the start of its id.
+        self.node = f"{ray.util.get_node_ip_address()} ({ray.get_runtime_context().get_node_id()[:8]})"
         # Ray gives the actor its GPUs through CUDA_VISIBLE_DEVICES, which the server inherits.
         self.gpus = [str(gpu) for gpu in ray.get_gpu_ids()] or None
         self.server = _NodeServer(
@@ -136,6 +143,7 @@ class ReplicaHost:
             "message": status.message,
             "command": status.command,
             "gpus": self.gpus,
+            "node": self.node,
             "node_pid": os.getpid(),
         }
 
@@ -163,7 +171,7 @@ def replica_resources(settings: StudioSettings) -> dict[str, float]:
     in CPUs (so that Ray places no more replicas on a node than its cores serve)."""
     if settings.engine == "vllm-omni" or settings.device == "cuda":
         return {"num_gpus": world_size(settings), "num_cpus": 1}
-    return {"num_gpus": 0, "num_cpus": settings.engine_threads or 1}
+    return {"num_gpus": 0, "num_cpus": (settings.engine_threads or 1) * world_size(settings)}  # threads per rank
 
 
 class RayServer:
@@ -180,11 +188,14 @@ class RayServer:
         max_restarts: int = 3,
         restart_window_s: float = 600.0,
         local: bool = True,
+        resources: dict[str, float] | None = None,
     ):
         """`restart_on_crash`: start the server again after it (or its actor) died, at most `max_restarts` times
         within `restart_window_s`; off where the studio restarts it itself (its auto-restart). `local`: the server
-        runs on this machine (a local Ray)."""
+        runs on this machine (a local Ray). `resources`: what its actor asks Ray for, to say so where Ray has no
+        room for it."""
         self._actor = actor
+        self._resources = resources or {}
         self.local = local
         self.restart_on_crash = restart_on_crash
         self.max_restarts = max_restarts
@@ -235,6 +246,11 @@ class RayServer:
             message=self.message,
             command=report.get("command", ""),
         )
+
+    @property
+    def node(self) -> str | None:
+        """The node Ray placed the replica on: its address and the start of its id."""
+        return self._report.get("node")
 
     def status_report(self) -> dict:
         """What the replica's actor says now: its state, URL, pid, GPUs and its own process id on the node."""
@@ -312,6 +328,36 @@ class RayServer:
         with self._life:
             self.stop()
             self.start(wait=wait, same_port=same_port)
+
+    def wait_placed(self, timeout_s: float, cancelled: threading.Event | None = None) -> bool:
+        """Wait until Ray has placed the replica's actor (found a node with its GPUs or CPUs free, which on a
+        cluster that adds nodes may take minutes). False where `cancelled` was set first; raises ServerStartError
+        where Ray found no room within `timeout_s`."""
+        ray = ray_cluster.import_ray()
+        placed = self._actor.report.remote()
+        deadline = time.monotonic() + timeout_s
+        while not ray.wait([placed], timeout=PLACE_POLL_S)[0]:
+            if cancelled is not None and cancelled.is_set():
+                return False
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"{self.name}: Ray found no node with room for it within {timeout_s:.0f} s "
+                    f"(it asks for {self._resources})"
+                )
+        try:
+            self._take(ray.get(placed))
+        except Exception as exc:  # placed, but its actor could not start there
+            raise ServerStartError(f"{self.name}: its Ray actor did not start: {_cause(exc)}") from exc
+        return True
+
+    def end_actor(self) -> None:
+        """End the replica's actor for good (no restart by Ray), so that its GPUs or CPUs go back to Ray. Its
+        server is stopped first by the caller; where the actor is gone already, there is nothing to do."""
+        ray = ray_cluster.import_ray()
+        try:
+            ray.kill(self._actor, no_restart=True)
+        except Exception as exc:  # Ray itself is going
+            log.warning("%s: ending its Ray actor: %s", self.name, _cause(exc))
 
     # ---- internals ---------------------------------------------------------------------------------
     def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
@@ -394,41 +440,81 @@ def _cause(exc: BaseException) -> str:
     return lines[-1] if lines else repr(exc)
 
 
-def ray_fleet(settings: StudioSettings, logs_dir: Path) -> list[RayServer]:
-    """A replica actor per settings.replicas on the Ray of settings.ray_address (a local one on loopback by
-    default), each asking Ray for its width in GPUs; the servers are not started yet."""
-    connection = ray_cluster.connect(settings.ray_address)
-    ray = ray_cluster.import_ray()
-    count = settings.replicas
-    # Ray gives each actor its GPUs; the studio names none and picks no port (the node picks a free one).
-    replica_settings = settings.model_copy(update={"replicas": 1, "gpus": None, "server_port": None})
-    actor_class = ray.remote(
-        max_restarts=ACTOR_MAX_RESTARTS, max_concurrency=ACTOR_CONCURRENCY, **replica_resources(replica_settings)
-    )(ReplicaHost)
-    servers = []
-    for index in range(count):
-        suffix = "" if count == 1 else f"-{index}"
-        name = f"replica {index}" if count > 1 else None
-        log_path = logs_dir / f"{settings.engine}-server{suffix}.log"
-        actor = actor_class.remote(replica_settings, name, str(log_path), connection.local)
-        # Where the studio's auto-restart is off, the replica restarts its own server: a fleet on Ray keeps its width.
-        servers.append(
-            RayServer(
+class RayReplicas:
+    """Makes the replicas of a fleet on the Ray of settings.ray_address (a local one on loopback by default), one
+    at a time, each asking Ray for its width in GPUs; and ends those taken out. The servers are not started here."""
+
+    def __init__(self, settings: StudioSettings, logs_dir: Path):
+        self.connection = ray_cluster.connect(settings.ray_address)
+        ray = ray_cluster.import_ray()
+        self.settings = settings
+        self.logs_dir = logs_dir
+        # Ray gives each actor its GPUs; the studio names none and picks no port (the node picks a free one).
+        self._replica_settings = settings.model_copy(
+            update={"replicas": 1, "gpus": None, "server_port": None, "replicas_min": None, "replicas_max": None}
+        )
+        self.resources = replica_resources(self._replica_settings)
+        self._actor_class = ray.remote(
+            max_restarts=ACTOR_MAX_RESTARTS, max_concurrency=ACTOR_CONCURRENCY, **self.resources
+        )(ReplicaHost)
+        # A fleet that is, or may become, more than one replica names each; a lone replica keeps the plain name.
+        self._named = max(settings.replicas, settings.replicas_max or 1) > 1
+        self._indices: dict[RayServer, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def layout(self) -> str:
+        return ray_layout_label(self.settings)
+
+    def new(self) -> RayServer:
+        """One more replica: its actor is asked of Ray now (placed when Ray finds room: see wait_placed); it takes
+        the lowest number free, so a replica added after one was taken out has that one's name and log."""
+        with self._lock:
+            index = min(set(range(len(self._indices) + 1)) - set(self._indices.values()))
+            name = f"replica {index}" if self._named else None
+            log_path = self.logs_dir / f"{self.settings.engine}-server{f'-{index}' if self._named else ''}.log"
+            actor = self._actor_class.remote(self._replica_settings, name, str(log_path), self.connection.local)
+            # Where the studio's auto-restart is off, the replica restarts its own server: the fleet keeps its width.
+            server = RayServer(
                 actor,
                 name,
                 log_path,
-                settings.init_timeout_s,
-                restart_on_crash=not settings.auto_restart,
-                max_restarts=settings.max_auto_restarts,
-                restart_window_s=settings.restart_window_s,
-                local=connection.local,
+                self.settings.init_timeout_s,
+                restart_on_crash=not self.settings.auto_restart,
+                max_restarts=self.settings.max_auto_restarts,
+                restart_window_s=self.settings.restart_window_s,
+                local=self.connection.local,
+                resources=self.resources,
             )
-        )
-    return servers
+            self._indices[server] = index
+        return server
+
+    def wait_placed(self, server: RayServer, cancelled: threading.Event | None = None) -> bool:
+        """Wait (at most the init timeout) for Ray to place a new replica; False where `cancelled` came first."""
+        return server.wait_placed(self.settings.init_timeout_s, cancelled)
+
+    def retire(self, server: RayServer) -> None:
+        """Stop the replica's server and end its actor: Ray has its resources back, and its number is free."""
+        server.stop()
+        server.end_actor()
+        with self._lock:
+            self._indices.pop(server, None)
+
+
+def ray_fleet(settings: StudioSettings, logs_dir: Path) -> list[RayServer]:
+    """A replica actor per settings.replicas on the Ray of settings.ray_address; the servers are not started yet."""
+    replicas = RayReplicas(settings, logs_dir)
+    return [replicas.new() for _ in range(settings.replicas)]
 
 
 def ray_layout_label(settings: StudioSettings) -> str:
-    """The layout in a few words: "2 x TP4 on Ray", "2 x embedded on Ray (local)"."""
+    """The layout in a few words: "2 x TP4 on Ray at h:6379", "2 x embedded on Ray (local)"; a fleet that scales
+    gives its bounds: "1-4 x TP4 on Ray at h:6379"."""
     shape = f"TP{settings.tensor_parallel_size}" if settings.engine == "vllm-omni" else settings.engine
     where = f"Ray at {settings.ray_address}" if settings.ray_address else "Ray (local)"
-    return f"{settings.replicas} x {shape} on {where}"
+    count = (
+        f"{settings.replicas_min}-{settings.replicas_max}"
+        if settings.replicas_min is not None and settings.replicas_max is not None
+        else str(settings.replicas)
+    )
+    return f"{count} x {shape} on {where}"

@@ -1,6 +1,9 @@
 """A pool of endpoints (replicas of one model) and the choice of where a request goes.
 
 Each request goes to the endpoint with the fewest outstanding requests; ties go to the one listed first.
+Endpoints come and go while runs use the pool (a fleet that scales): one is added once its server answers, and
+one is retired (no new work, whatever its health says) before it is removed, once nothing is outstanding there.
+The list is replaced, never changed in place, so whoever goes through it meanwhile sees a whole one.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Endpoint:
     failed: int = 0
     restarting: bool = False  # a managed server on its way back after a crash: worth waiting for
     exited: bool = False  # its process is known to have died: the jobs it held are gone with it
+    retiring: bool = False  # on its way out of the pool: no new work goes there, even while it answers
     name: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -77,7 +81,9 @@ class EndpointPool:
 
     def acquire(self, exclude: set[str] | None = None) -> Endpoint:
         with self._lock:
-            candidates = [ep for ep in self.endpoints if ep.healthy and ep.url not in (exclude or set())]
+            candidates = [
+                ep for ep in self.endpoints if ep.healthy and not ep.retiring and ep.url not in (exclude or set())
+            ]
             if not candidates:
                 raise NoEndpointError("no healthy server: " + ", ".join(ep.url for ep in self.endpoints))
             chosen = min(candidates, key=lambda ep: ep.outstanding)
@@ -126,7 +132,52 @@ class EndpointPool:
 
     def others_healthy(self, url: str) -> bool:
         """Another endpoint than `url` takes work now."""
-        return any(ep.healthy for ep in self.endpoints if ep.url != url)
+        return any(ep.healthy and not ep.retiring for ep in self.endpoints if ep.url != url)
+
+    @property
+    def taking_work(self) -> int:
+        """Endpoints not on their way out: what the studio's in-flight slots are counted for."""
+        return sum(1 for ep in self.endpoints if not ep.retiring)
+
+    # ---- endpoints that come and go ----------------------------------------------------------------
+    def add(self, url: str, api_key: str | None = None, **client_options: float) -> Endpoint:
+        """A new server (a replica the fleet added) takes work from now on."""
+        with self._lock:
+            if any(ep.url == url for ep in self.endpoints):
+                raise ValueError(f"{url} is already in the pool")
+            endpoint = Endpoint(url=url, client=self.client_class(url, api_key=api_key, **client_options))
+            self.endpoints = [*self.endpoints, endpoint]
+        log.info("endpoint %s added", url)
+        return endpoint
+
+    def retire(self, url: str) -> Endpoint:
+        """No new work goes to `url` from now on; what it has outstanding finishes there. Raises ValueError where
+        it is not in the pool, or where no other endpoint would be left to take work."""
+        with self._lock:
+            endpoint = self._find_locked(url)
+            if not any(ep is not endpoint and not ep.retiring for ep in self.endpoints):
+                raise ValueError(f"{url} is the last endpoint that takes work: it stays")
+            endpoint.retiring, endpoint.healthy = True, False
+        return endpoint
+
+    def remove(self, url: str) -> Endpoint:
+        """Take a retired endpoint out of the pool, once nothing is outstanding there. Raises ValueError where it
+        is not retired first, or still has requests (they would be released on an endpoint no longer listed)."""
+        with self._lock:
+            endpoint = self._find_locked(url)
+            if not endpoint.retiring:
+                raise ValueError(f"{url} takes work: retire it first")
+            if endpoint.outstanding:
+                raise ValueError(f"{url} still has {endpoint.outstanding} requests outstanding")
+            self.endpoints = [ep for ep in self.endpoints if ep is not endpoint]
+        log.info("endpoint %s removed", url)
+        return endpoint
+
+    def _find_locked(self, url: str) -> Endpoint:
+        endpoint = next((ep for ep in self.endpoints if ep.url == url), None)
+        if endpoint is None:
+            raise ValueError(f"{url} is not in the pool")
+        return endpoint
 
     async def wait_back(
         self, endpoints: list[Endpoint] | None = None, timeout_s: float = 1800.0, grace_s: float = 5.0
@@ -140,6 +191,8 @@ class EndpointPool:
             if any(ep.restarting for ep in watched):
                 return _Absent.RESTARTING  # nothing to ask: the restart says when it is over
             for endpoint in watched:
+                if endpoint.retiring:  # answers, but takes no work
+                    continue
                 if endpoint.healthy or await endpoint.client.healthy(timeout_s=2.0):
                     endpoint.healthy = True
                     return endpoint
@@ -161,8 +214,8 @@ class EndpointPool:
 
     async def check_health(self) -> None:
         """Probe every endpoint's /health: a failing one is skipped, a recovered one comes back. One being
-        restarted is left to its restart, which says when it is back."""
-        probed = [ep for ep in self.endpoints if not ep.restarting]
+        restarted is left to its restart, which says when it is back; one being retired stays out."""
+        probed = [ep for ep in self.endpoints if not ep.restarting and not ep.retiring]
         results = await asyncio.gather(*(ep.client.healthy() for ep in probed))
         for endpoint, healthy in zip(probed, results, strict=True):
             if healthy and not endpoint.healthy:

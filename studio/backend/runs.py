@@ -83,12 +83,17 @@ class Run:
 
     @classmethod
     def resume(
-        cls, rows: list[dict[str, Any]], pool: EndpointPool, store: OutputStore, request_timeout_s: float = 3600.0
+        cls,
+        rows: list[dict[str, Any]],
+        pool: EndpointPool,
+        store: OutputStore,
+        request_timeout_s: float = 3600.0,
+        visitor: Visitor = LOCAL_OPERATOR,
     ) -> Run:
-        """A run that follows up requests of an earlier studio by their job ids (history rows)."""
+        """A run of `visitor`'s that follows up their requests of an earlier studio by job id (history rows)."""
         views = views_from_history(rows)
         spec = RunSpec(prompts=[v.request.prompt for v in views], concurrency=min(MAX_CONCURRENCY, max(1, len(views))))
-        return cls(spec, pool, store, request_timeout_s=request_timeout_s, resumed=views)
+        return cls(spec, pool, store, request_timeout_s=request_timeout_s, resumed=views, visitor=visitor)
 
     # ---- control -----------------------------------------------------------------------------------
     def start(self) -> asyncio.Task:

@@ -1,14 +1,19 @@
 """What the user asks for in one submit (RunSpec), apart from the machinery that runs it: the CLI checks a
-request with this alone, before anything heavy is imported or started."""
+request with this alone, before anything heavy is imported or started. Also how each engine takes the image for
+image-to-video (IMAGE_INPUTS), so that the page and the CLI refuse what an engine cannot take before sending it."""
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from studio import tiers
 from studio.protocol import MAX_PROMPT_CHARS, GuidanceScale, InferenceSteps, VideoRequest
@@ -16,6 +21,73 @@ from studio.protocol import MAX_PROMPT_CHARS, GuidanceScale, InferenceSteps, Vid
 # Seeds the studio draws and accepts: 32 bits, which every pipeline's generator takes (the wire allows 63).
 MAX_SEED = 2**32 - 1
 MAX_CONCURRENCY = 256  # requests of one run in flight at once
+
+# ---- the image for image-to-video ---------------------------------------------------------------------------
+MAX_UPLOAD_BYTES = 20 * 2**20
+UPLOAD_FORMATS = ("BMP", "JPEG", "PNG", "WEBP")  # Pillow's names of the formats an engine reads as a first frame
+# Every engine that takes a URL fetches http(s) ones (vLLM-Omni also data:, the Cosmos Framework server also s3 and
+# its own paths): the studio sends only what all of them fetch.
+IMAGE_URL_SCHEMES = ("http", "https")
+TEXT_TO_VIDEO_ONLY = "the embedded engine's models are text-to-video: it takes no image (neither an upload nor a URL)"
+NO_UPLOAD = (
+    "the Cosmos Framework server takes no upload: give the image for image-to-video as an http(s) URL it can "
+    "fetch (the page's Image URL, or --image-url)"
+)
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """How an engine's contract takes the image for image-to-video: as an upload (a file part of the request), as
+    a URL the server fetches, and why not where it takes only one or neither."""
+
+    upload: bool
+    url: bool
+    why_not: str | None = None
+
+
+IMAGE_INPUTS = {
+    # The engine refuses any reference (studio/engine/api.py).
+    "embedded": ImageInputs(upload=False, url=False, why_not=TEXT_TO_VIDEO_ONLY),
+    # input_reference (a file part) or image_reference ({"image_url": ...}): docs vllm-omni-video-api.
+    "vllm-omni": ImageInputs(upload=True, url=True),
+    "remote": ImageInputs(upload=True, url=True),
+    # vision_path, a URL or a path on its disk; no upload: docs cosmos-framework-serve-api.
+    "cosmos-framework": ImageInputs(upload=False, url=True, why_not=NO_UPLOAD),
+}
+
+
+def image_inputs(engine: str) -> ImageInputs:
+    """What `engine` takes; an engine this table does not know speaks the vLLM-Omni video API."""
+    return IMAGE_INPUTS.get(engine, IMAGE_INPUTS["vllm-omni"])
+
+
+def upload_suffixes() -> list[str]:
+    from PIL import Image  # here: the CLI imports this module before anything heavy
+
+    return sorted(suffix for suffix, name in Image.registered_extensions().items() if name in UPLOAD_FORMATS)
+
+
+def check_image_file(path: str | Path | None) -> Path | None:
+    """An image file to upload for image-to-video: by its name and by what Pillow reads in it, one of
+    UPLOAD_FORMATS, under the size limit. Raises ValueError saying what is wrong."""
+    if not path:
+        return None
+    from PIL import Image, UnidentifiedImageError
+
+    file = Path(path)
+    suffixes = upload_suffixes()
+    if file.suffix.lower() not in suffixes:
+        raise ValueError(f"the upload must be an image ({', '.join(suffixes)}), got {file.name!r}")
+    if not file.is_file():
+        raise ValueError(f"no image file at {str(file)!r}")
+    if file.stat().st_size > MAX_UPLOAD_BYTES:
+        raise ValueError(f"the image is larger than {MAX_UPLOAD_BYTES // 2**20} MB")
+    try:
+        with Image.open(file, formats=UPLOAD_FORMATS) as image:
+            image.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise ValueError(f"{file.name!r} is not a readable image") from exc
+    return file
 
 
 class SeedPolicy(StrEnum):
@@ -44,6 +116,8 @@ class RunSpec(BaseModel):
     model: str | None = None
     extra_params: dict[str, Any] = Field(default_factory=dict)
     input_reference: Path | None = None  # an image for image-to-video, sent as a file upload
+    # An image for image-to-video that the server fetches: each request's image_reference, {"image_url": ...}.
+    image_url: str | None = None
     generate_sound: bool = False  # sound_duration follows the video: frames / fps
 
     @field_validator("prompts")
@@ -58,6 +132,35 @@ class RunSpec(BaseModel):
             if len(prompt) > MAX_PROMPT_CHARS:
                 raise ValueError(f"a prompt may have at most {MAX_PROMPT_CHARS} characters, got {len(prompt)}")
         return cleaned
+
+    @field_validator("image_url")
+    @classmethod
+    def _image_url_is_http(cls, url: str | None) -> str | None:
+        """As given (spaces around it dropped; empty: none), if it is an http(s) address with a host."""
+        url = (url or "").strip()
+        if not url:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in IMAGE_URL_SCHEMES or not parts.netloc or any(ch.isspace() for ch in url):
+            raise PydanticCustomError(
+                "image_url",
+                "must be an http:// or https:// address the server can fetch, got {url}",
+                {"url": repr(url[:80])},
+            )
+        return url
+
+    @model_validator(mode="after")
+    def _one_image(self) -> Self:
+        if self.input_reference is not None and self.image_url is not None:
+            raise PydanticCustomError("image", "give the image as an upload or as a URL, not both")
+        return self
+
+    def image_refusal(self, engine: str) -> str | None:
+        """Why `engine` cannot take this run's image (None: it can, or there is none)."""
+        takes = image_inputs(engine)
+        if (self.input_reference is not None and not takes.upload) or (self.image_url is not None and not takes.url):
+            return takes.why_not
+        return None
 
     def shape(self) -> tiers.Shape:
         return tiers.shape_for(self.tier, self.aspect, self.frames, self.fps)
@@ -96,6 +199,7 @@ class RunSpec(BaseModel):
                         seed=seed,
                         extra_params=extra,
                         input_reference=self.input_reference,
+                        image_reference=json.dumps({"image_url": self.image_url}) if self.image_url else None,
                         generate_sound=True if self.generate_sound else None,
                         sound_duration=round(shape.seconds, 3) if self.generate_sound else None,
                     )

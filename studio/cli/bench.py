@@ -19,8 +19,9 @@ from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_s
 FROM_FILES = ("prompts", "variants")
 CONFIG_FIELDS = tuple(name for name in BenchConfig.model_fields if name not in FROM_FILES)
 CONFIG_DEST = "bench_"  # BenchConfig.guardrails is not StudioSettings.guardrails (--server-guardrails)
-# The fleet the bench starts when no --layouts are given: --replicas of the engine's width.
-FLEET_FIELDS = ("replicas",)
+# The fleet the bench starts when no --layouts are given: --replicas of the engine's width; on this machine or,
+# with --cluster ray, as Ray actors on the nodes of --ray-address (a local Ray on loopback without it).
+FLEET_FIELDS = ("replicas", "cluster", "ray_address")
 SUMMARY_COLUMNS = {
     "layout": "layout",
     "variant": "variant",
@@ -28,6 +29,7 @@ SUMMARY_COLUMNS = {
     "guard": "guardrails",
     "conc": "concurrency",
     "endpoints": "endpoints",
+    "nodes": "nodes",
     "done": "completed",
     "failed": "failed",
     "p50 s": "latency_p50_s",
@@ -65,8 +67,8 @@ def register(sub: Subcommands) -> None:
         "bench",
         help="measure latency and throughput over concurrency, tiers, layouts and server variants",
         description="Latency and throughput per cell (tier x guardrails x concurrency), closed loop or at a "
-        "request rate, on each fleet layout (REPLICASxWIDTH) and server variant in turn; a report folder, a "
-        "Pareto plot and a recommendation per tier.",
+        "request rate, on each fleet layout (REPLICASxWIDTH) and server variant in turn, on this machine or "
+        "placed by Ray (--cluster ray); a report folder, a Pareto plot and a recommendation per tier.",
     )
     add_engine_flags(parser)
     add_studio_flags(parser.add_argument_group("fleet"), FLEET_FIELDS)
@@ -119,21 +121,33 @@ def run(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         from studio.backend.bench import run_bench
-        from studio.backend.bench_fleets import plan_bench
+        from studio.backend.bench_fleets import bench_cluster, placement_line, plan_bench
+        from studio.backend.engines import URL_ENGINES
         from studio.backend.launchers import LaunchError
         from studio.backend.layouts import LayoutError
+        from studio.backend.ray_cluster import RayUnavailable
         from studio.backend.supervisor import ServerStartError
         from studio.backend.variants import VariantError
 
-    fleets = None
-    if settings.engine != "remote" or config.layouts or config.variants:
-        try:  # every layout and variant checked before any server starts (remote servers take neither)
-            fleets = plan_bench(settings, config)
-        except (LayoutError, VariantError) as exc:
-            return fail(str(exc), EXIT_USAGE)
+    if settings.cluster == "ray" and settings.engine in URL_ENGINES:
+        return fail(
+            f"--cluster ray places the servers the bench starts (--engine embedded or vllm-omni); the "
+            f"{settings.engine} engine's --url servers run already",
+            EXIT_USAGE,
+        )
     console = Console(stderr=True, soft_wrap=True)
     try:
-        report = asyncio.run(run_bench(settings, config, command.out, console=console, fleets=fleets))
+        # With --cluster ray: one Ray for the whole bench (a local one is shut down at the end, workers and all).
+        with bench_cluster(settings):
+            fleets = None
+            if settings.engine != "remote" or config.layouts or config.variants:
+                try:  # every layout and variant checked before any server starts (remote servers take neither)
+                    fleets = plan_bench(settings, config)
+                except (LayoutError, VariantError) as exc:
+                    return fail(str(exc), EXIT_USAGE)
+            report = asyncio.run(run_bench(settings, config, command.out, console=console, fleets=fleets))
+    except RayUnavailable as exc:
+        return fail(str(exc), EXIT_FAILED)
     except (ServerStartError, LaunchError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return EXIT_FAILED
@@ -150,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     for fleet in report.get("fleets", []):
         if fleet.get("error"):
             out.print(f"{fleet['label']}: did not start: {fleet['error']}")
+        elif fleet.get("nodes"):
+            out.print(f"{fleet['label']}: {placement_line(fleet['nodes'])}")
     plots = "*.png" if "fleets" not in report else "*.png, pareto.png"
     out.print(f"report: {command.out / 'report.json'} (requests.csv, summary.csv, {plots} beside it)")
     out.print("recommendation:")

@@ -1,15 +1,19 @@
-"""`omni-studio generate`: one video, headless. Progress goes to stderr; the mp4 path is the last stdout line.
+"""`omni-studio generate`: videos, headless. Progress goes to stderr (a bar per request); each finished mp4's path
+goes to stdout, one a line, in the order of the prompts: with one prompt, its path is the last stdout line.
 
-A managed engine takes seconds to start, nearly all of it its own imports, so the request is checked and the
-engine started before this process imports the rest of the studio (the run machinery, the HTTP SDK, the
-progress display): the two then load side by side on different cores. That is why `run` imports only light
-modules until the engine is starting, and `_send_and_report` imports the rest.
+Several prompts are sent at once, over the fleet `--replicas` starts (the router gives each to the least busy
+replica). One managed engine takes seconds to start, nearly all of it its own imports, so with one replica the
+request is checked and the engine started before this process imports the rest of the studio (the run machinery,
+the HTTP SDK, the progress display): the two then load side by side on different cores. That is why `run` imports
+only light modules until the engine is starting, and `_send_and_report` imports the rest. A fleet is started by
+the studio's controller, as the page's is.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from studio import tiers
@@ -18,6 +22,9 @@ from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from studio.backend.request_state import RequestView
     from studio.backend.spec import RunSpec
     from studio.backend.store import OutputStore
     from studio.backend.supervisor import ManagedServer
@@ -25,16 +32,20 @@ if TYPE_CHECKING:
 
 GENERATE_POLL_S = 0.1
 # The request's flags, as RunSpec names them; RunSpec checks their values.
-REQUEST_FIELDS = ("negative_prompt", "aspect", "frames", "fps", "steps", "guidance", "seed")
+REQUEST_FIELDS = ("negative_prompt", "aspect", "frames", "fps", "steps", "guidance", "seed", "image_url")
+# The fleet the videos are made on: replicas of the engine, on this machine or placed by Ray (as `ui` takes them).
+FLEET_FIELDS = ("replicas", "cluster", "ray_address")
+PROMPT_SHOWN_CHARS = 32  # of a prompt, in its progress bar and its error line
 
 
 def register(sub: Subcommands) -> None:
     parser = sub.add_parser(
         "generate",
-        help="make one video and print its mp4 path (last line)",
-        description="Make one video; progress goes to stderr, the mp4's path is the last line on stdout.",
+        help="make videos and print their mp4 paths (one prompt: its path is the last line)",
+        description="Make a video per prompt, all sent at once; progress goes to stderr, each mp4's path to stdout, "
+        "one a line in the order of the prompts. The exit status is non-zero when any request failed.",
     )
-    parser.add_argument("prompt", help="what the video shows")
+    parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="what a video shows (one video per prompt)")
     parser.add_argument("--negative-prompt", help="what it should not show")
     parser.add_argument("--tier", choices=tiers.TIERS, help="resolution tier (default: the settings' default tier)")
     parser.add_argument("--aspect", choices=tiers.ASPECTS, help="aspect ratio (default: 16:9)")
@@ -46,22 +57,39 @@ def register(sub: Subcommands) -> None:
     )
     parser.add_argument("--steps", type=int, help="denoising steps (default: the server's)")
     parser.add_argument("--guidance", type=float, help="guidance scale (default: the server's)")
-    parser.add_argument("--seed", type=int, help="seed (default: a random one, printed at the end)")
-    parser.add_argument("--no-guardrails", action="store_true", help="turn guardrails off for this request")
+    parser.add_argument("--seed", type=int, help="seed of every video (default: a random one each, printed at the end)")
+    parser.add_argument("--no-guardrails", action="store_true", help="turn guardrails off for these requests")
+    image = parser.add_mutually_exclusive_group()
+    image.add_argument(
+        "--image",
+        type=Path,
+        metavar="FILE",
+        help="image-to-video from this image file, uploaded with each request (vLLM-Omni servers; PNG, JPEG, WEBP "
+        "or BMP)",
+    )
+    image.add_argument(
+        "--image-url",
+        metavar="URL",
+        help="image-to-video from the image at this http(s) URL, which the server fetches (vLLM-Omni and Cosmos "
+        "Framework servers)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     add_studio_flags(parser, ("outputs_dir",))
     add_engine_flags(parser)
+    add_studio_flags(parser.add_argument_group("fleet"), FLEET_FIELDS)
 
 
 def _spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec:
-    from studio.backend.spec import RunSpec
+    from studio.backend.spec import MAX_CONCURRENCY, RunSpec
 
     return RunSpec(
-        prompts=[args.prompt],
+        prompts=args.prompts,
         tier=args.tier or settings.default_tier,
         guardrails=not args.no_guardrails,
-        concurrency=1,
+        # All at once: the studio's in-flight slots (per replica) hold back what the servers cannot take yet.
+        concurrency=min(len(args.prompts), MAX_CONCURRENCY),
         model=settings.served_model_name if settings.engine != "embedded" else None,
+        input_reference=args.image,
         **{name: getattr(args, name) for name in REQUEST_FIELDS if getattr(args, name) is not None},
     )
 
@@ -70,42 +98,91 @@ def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
 
 
+def _usage_message(exc: ValidationError) -> str:
+    """The first problem of a request, named by its flag where it has one."""
+    problem = exc.errors()[0]
+    field = str(problem["loc"][0]) if problem["loc"] else ""
+    return f"--{field.replace('_', '-')}: {problem['msg']}" if field in REQUEST_FIELDS else problem["msg"]
+
+
+def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec | str:
+    """The request, checked before anything starts; else what is wrong with it."""
+    from pydantic import ValidationError
+
+    from studio.backend.spec import check_image_file
+
+    blank = [str(index + 1) for index, prompt in enumerate(args.prompts) if not prompt.strip()]
+    if blank and len(blank) < len(args.prompts):  # all blank: RunSpec says to write one
+        return f"prompt {', '.join(blank)} of {len(args.prompts)} is empty: each prompt makes a video"
+    try:
+        spec = _spec(args, settings)
+        spec.shape()  # tier, frames and fps
+    except ValidationError as exc:
+        return _usage_message(exc)
+    except tiers.TierError as exc:
+        return str(exc)
+    refusal = spec.image_refusal(settings.engine)
+    if refusal is not None:
+        return refusal
+    try:
+        check_image_file(spec.input_reference)
+    except ValueError as exc:
+        return f"--image: {exc}"
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
-
-    from pydantic import ValidationError
 
     from studio.backend.launchers import LaunchError
     from studio.backend.store import OutputStore
     from studio.backend.supervisor import ServerStartError, managed_server_for
 
     settings = studio_settings(args)
-    try:
-        spec = _spec(args, settings)
-        spec.shape()  # tier, frames and fps checked before anything starts
-    except (ValidationError, tiers.TierError) as exc:
-        _error(exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc))
+    spec = _checked_spec(args, settings)
+    if isinstance(spec, str):
+        _error(spec)
         return EXIT_USAGE
-    # One request: poll it often (a local engine answers a poll in milliseconds); the default interval is
+    # Few requests: poll them often (a local engine answers a poll in milliseconds); the default interval is
     # sized for many requests at once.
     settings = settings.model_copy(update={"poll_interval_s": min(settings.poll_interval_s, GENERATE_POLL_S)})
     store = OutputStore(Path(settings.outputs_dir))
     server: ManagedServer | None = None
     try:
         if settings.engine in ("embedded", "vllm-omni"):
-            print(f"starting the {settings.engine} engine ({settings.model}) ...", file=sys.stderr, flush=True)
-            server = managed_server_for(settings, store.logs_dir)
-            try:
-                server.start(wait=False)
-            except (ServerStartError, LaunchError, ValueError) as exc:
-                _error(f"could not start the engine: {exc}")
-                return EXIT_FAILED
+            if settings.replicas == 1 and settings.cluster == "local":
+                print(f"starting the {settings.engine} engine ({settings.model}) ...", file=sys.stderr, flush=True)
+                server = managed_server_for(settings, store.logs_dir)
+                try:
+                    server.start(wait=False)
+                except (ServerStartError, LaunchError, ValueError) as exc:
+                    _error(f"could not start the engine: {exc}")
+                    return EXIT_FAILED
+            else:  # the controller starts the fleet, after the imports
+                where = " on Ray" if settings.cluster == "ray" else ""
+                count = f"{settings.replicas} replica{'s' * (settings.replicas != 1)}"
+                print(
+                    f"starting {count} of the {settings.engine} engine ({settings.model}){where} ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return asyncio.run(_send_and_report(args, settings, spec, store, server))
     finally:
         if server is not None:
             server.stop()
         store.close()
+
+
+def _shown(prompt: str) -> str:
+    return prompt if len(prompt) <= PROMPT_SHOWN_CHARS else prompt[: PROMPT_SHOWN_CHARS - 3] + "..."
+
+
+def _label(view: RequestView, count: int) -> str:
+    """A request as its progress bar and its lines name it: with several, its number and prompt first (as rich
+    markup: the prompt is the user's text)."""
+    from rich.markup import escape
+
+    return "" if count == 1 else escape(f"[{view.position + 1}/{count}] {_shown(view.request.prompt)!r} ")
 
 
 async def _send_and_report(
@@ -115,12 +192,13 @@ async def _send_and_report(
     store: OutputStore,
     server: ManagedServer | None,
 ) -> int:
-    """Wait for the engine (`server`, started but not yet ready; None for remote servers), send the one
-    request, show its progress, report the result."""
+    """Wait for the engine (`server`, started but not yet ready; None for a fleet, which the controller starts, and
+    for remote servers), send the requests at once, show each one's progress, report the results."""
     from studio.startup import collector_paused
 
     with collector_paused():  # the rest of the studio, while the engine starts
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from studio.backend.client import ClientError, load_sdk
@@ -135,13 +213,18 @@ async def _send_and_report(
             load_sdk()  # while the engine starts: the two share no work, and a CPU has more than one core
             controller.start(wait=True)
         except (ServerStartError, ValueError) as exc:
-            err.print(f"[red]error:[/red] could not start the engine: {exc}")
+            err.print(f"[red]error:[/red] could not start the engine: {escape(str(exc))}")
             return EXIT_FAILED
-        status = controller.server_status()
-        if status is not None and status.startup_s is not None:
-            err.print(f"engine ready in {status.startup_s:.1f} s at {status.url}")
+        if server is not None:
+            status = controller.server_status()
+            if status is not None and status.startup_s is not None:
+                err.print(f"engine ready in {status.startup_s:.1f} s at {status.url}")
+        elif controller.servers:
+            startups = [s.status().startup_s or 0.0 for s in controller.servers]
+            urls = ", ".join(s.base_url for s in controller.servers)
+            err.print(f"fleet ready in {max(startups):.1f} s ({controller.layout}) at {urls}")
         run = controller.new_run(spec)
-        view = run.views[0]
+        count = len(run.views)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -150,25 +233,46 @@ async def _send_and_report(
             console=err,
             disable=args.quiet or not err.is_terminal,
         ) as bar:
-            task = bar.add_task(f"{view.request.size} x {view.request.num_frames} frames: waiting", total=100)
+            tasks = {
+                view.id: bar.add_task(
+                    f"{_label(view, count)}{view.request.size} x {view.request.num_frames} frames: waiting", total=100
+                )
+                for view in run.views
+            }
             async for update in run.updates():
-                bar.update(task, completed=update.progress, description=f"{update.request.size}: {update.state}")
-        if view.state is not RequestState.DONE:
-            kind = "blocked by guardrails" if view.guardrail_blocked else str(view.state)
-            err.print(f"[red]error:[/red] request {kind}: {view.error}")
+                bar.update(
+                    tasks[update.id],
+                    completed=update.progress,
+                    description=f"{_label(update, count)}{update.request.size}: {update.state}",
+                )
+        failed = 0
+        for view in run.views:
+            if view.state is not RequestState.DONE:
+                failed += 1
+                kind = "blocked by guardrails" if view.guardrail_blocked else str(view.state)
+                err.print(f"[red]error:[/red] {_label(view, count)}request {kind}: {escape(str(view.error))}")
+                continue
+            t = view.timings
+            # A server that answers only once the video is made tells no queue wait from inference: latency only.
+            split = (
+                "latency only"
+                if t.queue_wait_s is None and t.inference_s is None
+                else f"queue {t.queue_wait_s or 0:.2f} s, inference {t.inference_s or 0:.2f} s"
+            )
+            err.print(
+                f"{_label(view, count)}done in {t.latency_s:.2f} s ({split}), seed {view.request.seed}, "
+                f"sidecar {view.sidecar_path}"
+            )
+        for view in run.views:  # the paths last, in the order of the prompts
+            if view.state is RequestState.DONE:
+                print(view.video_path, file=sys.stdout, flush=True)
+        if failed:
+            if count > 1:
+                err.print(f"[red]{failed} of {count} requests failed[/red]")
             return EXIT_FAILED
-        t = view.timings
-        # A server that answers only once the video is made tells no queue wait from inference: latency only.
-        split = (
-            "latency only"
-            if t.queue_wait_s is None and t.inference_s is None
-            else f"queue {t.queue_wait_s or 0:.2f} s, inference {t.inference_s or 0:.2f} s"
-        )
-        err.print(f"done in {t.latency_s:.2f} s ({split}), seed {view.request.seed}, sidecar {view.sidecar_path}")
-        print(view.video_path, file=sys.stdout, flush=True)
         return 0
     except ClientError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_FAILED
     finally:
         if controller.pool is not None:

@@ -7,8 +7,18 @@ import argparse
 from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
-# A node's GPUs (or a Ray cluster's, with --cluster ray) as replicas of the server, each as wide as the engine flags say.
-FLEET_FIELDS = ("replicas", "cluster", "ray_address")
+# A node's GPUs (or a Ray cluster's, with --cluster ray) as replicas of the server, each as wide as the engine flags say;
+# with --replicas-min/--replicas-max, as many as the queue asks for.
+FLEET_FIELDS = (
+    "replicas",
+    "cluster",
+    "ray_address",
+    "replicas_min",
+    "replicas_max",
+    "scale_out_queue",
+    "scale_out_after_s",
+    "scale_in_idle_s",
+)
 PAGE_FIELDS = ("host", "port", "share", "outputs_dir")
 # Who is who on the page: accounts, operators, and whether visitors may come in without signing in.
 ACCESS_FIELDS = ("auth", "auth_file", "operators", "allow_anonymous", "insecure")

@@ -8,7 +8,8 @@ a batch, and the same as the plain pipeline call.
 
 On several ranks (studio.engine.parallel) every rank runs this loop on the same batch, in step: with guidance
 split, each runs one half and the halves are exchanged after each transformer call; with tokens split, the
-transformer itself exchanges them. Every rank then holds the same latents; rank 0 alone decodes and answers.
+transformer itself exchanges them. Every rank then holds the same latents; each decodes a strip of the frames
+(studio.engine.parallel.split_decode), or rank 0 decodes alone; rank 0 answers.
 """
 
 from __future__ import annotations
@@ -81,14 +82,32 @@ class BatchedDenoiser:
             if rank is not None:
                 rank.fail(f"a batch failed part-way ({type(exc).__name__}): the ranks are out of step")
             raise
-        if latents is None or (rank is not None and not rank.is_leader):
+        if latents is None:
             return
+        if rank is not None and not (rank.is_leader or rank.splits_decode):
+            return  # the leader decodes alone; this rank goes on to the next batch
         denoise_end = time.perf_counter()
-        # 6. Decode, handing frames over as they come (no autograd: the latents are inference tensors).
-        with torch.inference_mode():
-            decode_batch(
-                self.pipe.vae, items, latents, alive, on_result, native_size, self.device, started, denoise_end
-            )
+        # 6. Decode, handing frames over as they come (no autograd: the latents are inference tensors); on
+        # every rank where the ranks split it, each a strip of the frames.
+        decode_rank = rank if rank is not None and rank.splits_decode else None
+        try:
+            with torch.inference_mode():
+                decode_batch(
+                    self.pipe.vae,
+                    items,
+                    latents,
+                    alive,
+                    on_result,
+                    native_size,
+                    self.device,
+                    started,
+                    denoise_end,
+                    decode_rank,
+                )
+        except BaseException as exc:
+            if decode_rank is not None:
+                decode_rank.fail(f"a decode failed part-way ({type(exc).__name__}): the ranks are out of step")
+            raise
 
     def _denoise(
         self, items: Sequence[BatchItem], drop_cancelled: Callable[[], bool], alive: list[bool]

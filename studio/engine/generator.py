@@ -35,6 +35,7 @@ from studio.engine.parallel.sequence import SequenceParallel
 from studio.engine.parallel.settings import ParallelSettings
 from studio.engine.plain_call import generate_plain
 from studio.engine.prompts import PromptEmbeddings
+from studio.engine.vae_decode import conv_weights_channels_last
 
 log = logging.getLogger(__name__)
 
@@ -347,8 +348,16 @@ class VideoGenerator:
             if self.compile_cache is not None:
                 self.on_device_thread(self.compile_cache.save, self.cache_choices())
 
+    def set_vae_layout(self, channels_last: bool) -> None:
+        """The VAE's convolution weights in channels-last order or not, on every rank."""
+        with self._rank_lock:
+            self._tell("vae_layout", channels_last)
+            self.vae_channels_last = channels_last
+            conv_weights_channels_last(self.pipe.vae, channels_last)
+
     def follow_batch(self, params: Sequence[GenerationParams]) -> None:
-        """A follower's part of the leader's batch: the same loop, in step; nothing to answer or decode."""
+        """A follower's part of the leader's batch: the same loop, in step (and its strip of the decode, where
+        the ranks split it); nothing to answer."""
         if self._denoise is None:
             raise RuntimeError("pipeline not loaded")
         denoise = self._denoise

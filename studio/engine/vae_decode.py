@@ -6,13 +6,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from studio.engine.frames import finished_output, resize_frames, to_uint8_tensor, unpatchify_video
 from studio.engine.generation import BatchItem, GenerationCancelled, ResultCallback
+from studio.engine.parallel.split_decode import can_split, split_frames
+
+if TYPE_CHECKING:
+    from studio.engine.parallel.rank import ParallelRank
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +125,13 @@ def decode_batch(
     device: str,
     started: float,
     denoise_end: float,
+    rank: ParallelRank | None = None,
 ) -> None:
     """Decode the denoised latents of the items still alive, group by group, and answer each item as its group
-    is done (an item cancelled since is answered GenerationCancelled, where its whole group is)."""
+    is done (an item cancelled since is answered GenerationCancelled, where its whole group is).
+
+    With `rank` splitting the decode, every rank of the engine calls this on the same latents and decodes a
+    strip of each frame; the leader's word decides the groups and which are skipped, and the leader answers."""
     z_dim = vae.config.z_dim
     mean = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1).to(latents.device, vae.dtype)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1).to(latents.device, vae.dtype)
@@ -134,15 +142,22 @@ def decode_batch(
     for size in decode_group_sizes(len(pending), decode_chunk(first.num_frames, native_w, native_h)):
         groups.append(pending[:size])
         pending = pending[size:]
+    if rank is not None:
+        groups = rank.agree_groups(groups)  # a follower sees no cancellations: the leader's rows
     denoise_s = denoise_end - started
     for group in groups:
-        if all(items[i].stopped() for i in group):
+        go_on = not all(items[i].stopped() for i in group)
+        if rank is not None:
+            go_on = rank.agree(go_on)
+        if not go_on:
             for i in group:
                 on_result(i, GenerationCancelled())
             continue
         decode_start = time.perf_counter()
         z = latents[group].to(vae.dtype) / inv_std + mean
-        frames = decode_streaming(vae, z, [items[i] for i in group], device)
+        frames = decode_streaming(vae, z, [items[i] for i in group], device, rank)
+        if rank is not None and not rank.is_leader:
+            continue
         finished = time.perf_counter()
         for row, i in enumerate(group):
             output = finished_output(
@@ -157,10 +172,28 @@ def decode_batch(
             on_result(i, output)
 
 
-def decode_streaming(vae: Any, z: torch.Tensor, items: Sequence[BatchItem], device: str) -> np.ndarray:
+def decoded_frames(vae: Any, z: torch.Tensor, rank: ParallelRank | None) -> Iterator[torch.Tensor]:
+    """uint8 frames (B, T, H, W, 3) of `z`, latent frame by latent frame: on this rank alone, or in strips
+    across the engine's ranks where it splits the decode and the VAE allows it."""
+    if rank is not None and rank.splits_decode and can_split(vae, z, rank.layout.world_size):
+        yield from split_frames(vae, z, rank)
+        return
+    for video in vae_decode_chunks(vae, z):
+        yield to_uint8_tensor(video)
+
+
+def decode_streaming(
+    vae: Any, z: torch.Tensor, items: Sequence[BatchItem], device: str, rank: ParallelRank | None = None
+) -> np.ndarray:
     """Decode latents (B, ...) to uint8 frames (B, T, H, W, 3), handing each item's frames to its
     `on_frames` as every latent frame is decoded. On a GPU the next latent frame is already queued while the
-    previous one's frames travel to the host, so the device does not wait for the hand-over."""
+    previous one's frames travel to the host, so the device does not wait for the hand-over. A follower rank
+    decodes its strips and keeps nothing."""
+    if rank is not None and not rank.is_leader:
+        with vae_conv_flags(device):
+            for _ in decoded_frames(vae, z, rank):
+                pass
+        return np.empty((0,), dtype=np.uint8)
     width, height = items[0].params.width, items[0].params.height
     chunks: list[np.ndarray] = []
     in_flight: tuple[torch.Tensor, Any] | None = None
@@ -177,8 +210,7 @@ def decode_streaming(vae: Any, z: torch.Tensor, items: Sequence[BatchItem], devi
                 item.on_frames(frames[row])
 
     with vae_conv_flags(device):
-        for video in vae_decode_chunks(vae, z):
-            frames = to_uint8_tensor(video)
+        for frames in decoded_frames(vae, z, rank):
             if device == "cuda":
                 host = torch.empty(frames.shape, dtype=torch.uint8, pin_memory=True)
                 host.copy_(frames, non_blocking=True)

@@ -14,7 +14,6 @@ import torch
 
 from studio.engine.generation import BatchItem, GenerationParams, raise_if_error
 from studio.engine.vae_decode import (
-    conv_weights_channels_last,
     decode_chunk,
     decode_group_sizes,
     pick_vae_memory_format,
@@ -53,14 +52,12 @@ def warm_up(generator: VideoGenerator, sizes: Sequence[tuple[int, int, int]], ma
     generator.set_max_batch(max_batch)
     gpu = generator.gpu
     generator.record_shapes()
-    if generator.device == "cuda" and sizes and generator.vae_channels_last is None:
-        width, height, frames = max(sizes, key=lambda size: size[0] * size[1] * size[2])
-        generator.vae_channels_last = pick_vae_memory_format(
-            generator.pipe, *generator.native_size(width, height), frames
-        )
-    elif generator.device == "cuda" and sizes:
-        # Picked by an earlier start on this machine (the compile cache), or by an earlier warm-up.
-        conv_weights_channels_last(generator.pipe.vae, generator.vae_channels_last)
+    if generator.device == "cuda" and sizes:
+        layout = generator.vae_channels_last  # picked by an earlier start here (the compile cache) or warm-up
+        if layout is None:
+            width, height, frames = max(sizes, key=lambda size: size[0] * size[1] * size[2])
+            layout = pick_vae_memory_format(generator.pipe, *generator.native_size(width, height), frames)
+        generator.set_vae_layout(layout)  # on every rank: each decodes a strip of the frames
     for width, height, frames in sizes:
         batches = set(generator.buckets.sizes) if gpu.static_shapes else {1, max_batch}
         native_w, native_h = generator.native_size(width, height)

@@ -19,7 +19,8 @@ INTRO = (
     "loop (or open loop at a request rate), warm-up excluded. The same engine as `omni-studio bench`. Other work "
     "sent meanwhile skews the figures. With layouts or variants, the bench stops the studio's servers (their GPUs "
     "are needed), runs the cells on each fleet in turn, and starts the servers again as they were; requests "
-    "running on them then fail."
+    "running on them then fail. The fleets run where the studio's servers do: on this machine, or on its Ray cluster "
+    "(--cluster ray), each replica on the node Ray places it on."
 )
 VARIANTS_EXAMPLE = 'base = ""\nteacache = "--cache-backend tea_cache"\neager = "--enforce-eager"'
 

@@ -2,7 +2,8 @@
 engine (studio.backend.bench) with progress while it runs and the report, table, recommendation and plots at the
 end. Without layouts or variants the cells run on the studio's own endpoints (bench_pool); with them, on each
 fleet (layout x variant) in turn (bench_fleets), the studio's own servers stopped meanwhile (the fleets need
-their GPUs) and started again after; one of the fleets can then be applied to the studio. The form is checked
+their GPUs) and started again after; one of the fleets can then be applied to the studio. The fleets run where
+the studio's own do: on this machine, or on Ray with --cluster ray. The form is checked
 by the bench's own model (bench_config.py), as the CLI's flags are. No gradio here: bench_tab.py lays it out.
 """
 
@@ -23,6 +24,7 @@ from studio.backend.bench_config import BenchConfig, BenchConfigError, parse_ben
 from studio.backend.bench_fleets import plan_bench
 from studio.backend.controller import StudioController
 from studio.backend.layouts import LayoutError
+from studio.backend.ray_cluster import RayUnavailable
 from studio.backend.variants import VariantError
 
 PLOT_FILES = ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png", PARETO_PLOT)
@@ -34,6 +36,7 @@ SUMMARY_COLUMNS = {
     "guardrails": "guardrails",
     "concurrency": "concurrency",
     "endpoints": "endpoints",
+    "nodes": "nodes",
     "completed": "completed",
     "failed": "failed",
     "latency_p50_s": "p50 s",
@@ -48,7 +51,7 @@ SUMMARY_COLUMNS = {
     "pareto": "Pareto set",
 }
 # Shown until a bench has run: the columns of a bench on the studio's own servers.
-FLEET_ONLY = ("layout", "variant", "videos_per_min_per_device", "pareto")
+FLEET_ONLY = ("layout", "variant", "nodes", "videos_per_min_per_device", "pareto")
 
 
 @dataclass(frozen=True)
@@ -197,15 +200,26 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
     yield _results(report, out, time.monotonic() - started, cells)
 
 
+def _release(controller: StudioController) -> None:
+    """The studio's servers stopped for the bench. On Ray their actors go too (a new fleet of them is made at the
+    next start): a stopped replica's actor still holds the GPUs and CPUs the bench's fleets need."""
+    if controller.settings.cluster == "ray":
+        controller.apply_settings(controller.settings)
+    else:
+        controller.stop()
+
+
 async def _fleet_bench(controller: StudioController, config: BenchConfig) -> AsyncIterator[BenchUpdate]:
-    """Each fleet in turn, the studio's own servers stopped meanwhile and started again after."""
+    """Each fleet in turn, the studio's own servers stopped meanwhile and started again after. With the studio on
+    Ray (--cluster ray) the fleets run on its Ray too, joined by the plan where the studio has not yet: the
+    studio's fleet comes back on it after the bench, so the bench leaves it as it is."""
     if not controller.managed:
         yield _refused("layouts and variants are fleets the bench starts; this studio attaches to remote servers")
         return
     yield BenchUpdate("checking the layouts and variants ...")
     try:  # a variant's flags are read from the installed server's help: seconds for vLLM
         fleets = await asyncio.to_thread(plan_bench, controller.settings, config)
-    except (LayoutError, VariantError) as exc:
+    except (LayoutError, VariantError, RayUnavailable) as exc:
         yield _refused(str(exc))
         return
     config = _with_frames(controller, config)
@@ -218,7 +232,7 @@ async def _fleet_bench(controller: StudioController, config: BenchConfig) -> Asy
         progress[label] = (done, total)
 
     yield BenchUpdate("stopping the studio's servers: the fleets need their GPUs ...")
-    await asyncio.to_thread(controller.stop)
+    await asyncio.to_thread(_release, controller)
     started = time.monotonic()
     task = asyncio.create_task(
         bench_fleets(fleets, controller.store, controller.settings, config, out, on_progress, stage.append)

@@ -16,7 +16,7 @@ from studio import tiers
 from studio.backend.controller import StudioController
 from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
 from studio.backend.cosmos_framework_client import GUARDRAILS_AT_START
-from studio.backend.spec import MAX_CONCURRENCY, SeedPolicy
+from studio.backend.spec import MAX_CONCURRENCY, MAX_UPLOAD_BYTES, SeedPolicy, image_inputs
 from studio.backend.stats import summarize
 from studio.ui import figures, gallery, handlers, tables
 from studio.ui.identity import EVERYONE, MINE, PageAccess
@@ -84,10 +84,35 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
             elem_id="guardrails",
         )
         form["sound"] = gr.Checkbox(value=False, label="Sound (models that have it)", elem_id="sound")
-    form["image"] = gr.Image(
-        type="filepath", sources=["upload"], label="Image for image-to-video", elem_id="image", height=160
-    )
+    image_form(form, settings.engine)
     return form
+
+
+def image_form(form: dict[str, gr.Component], engine: str) -> None:
+    """The image for image-to-video, as the engine's contract takes it: an upload, an http(s) URL the server
+    fetches, or neither; what the engine does not take is hidden and the page says why. Both stay in the form (an
+    API caller may send either; the back end refuses what the engine cannot take, with the same reason)."""
+    takes = image_inputs(engine)
+    url_info = takes.why_not or "for image-to-video: an http(s) address the server fetches, instead of an upload"
+    with gr.Row():
+        form["image"] = gr.Image(
+            type="filepath",
+            sources=["upload"],
+            label=f"Image for image-to-video (up to {MAX_UPLOAD_BYTES // 2**20} MB)",
+            elem_id="image",
+            height=160,
+            visible=takes.upload,
+        )
+        form["image_url"] = gr.Textbox(
+            value="",
+            label="Image URL",
+            placeholder="https://example.com/first-frame.png",
+            info=url_info,
+            visible=takes.url,
+            elem_id="image-url",
+        )
+    if not (takes.upload or takes.url):
+        gr.Markdown(f"Image-to-video: {takes.why_not}.", elem_id="image-note")
 
 
 def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
@@ -173,11 +198,15 @@ def build_generate_tab(
 
     @generate.click(inputs_kwargs=form, outputs=status, concurrency_limit=None, api_name="generate")
     async def on_generate(
-        request: gr.Request, profile: gr.OAuthProfile | None, image: str | None = None, **values: Any
+        request: gr.Request,
+        profile: gr.OAuthProfile | None,
+        image: str | None = None,
+        image_url: str = "",
+        **values: Any,
     ) -> str:
-        # `image` named with its default: API callers may leave the optional upload out.
+        # The image's fields named with their defaults: API callers may leave them out.
         visitor = access.require(request, profile)
-        return await handlers.submit(controller, {**values, "image": image}, visitor)
+        return await handlers.submit(controller, {**values, "image": image, "image_url": image_url}, visitor)
 
     @cancel_all.click(inputs_kwargs={"show": show}, outputs=status, api_name="cancel_all")
     async def on_cancel_all(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE):

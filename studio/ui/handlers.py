@@ -14,21 +14,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
 from studio import tiers
 from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
 from studio.backend.request_state import RequestState, RequestView
-from studio.backend.spec import MAX_SEED, RunSpec
+from studio.backend.spec import MAX_SEED, RunSpec, check_image_file
+from studio.backend.spec import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.tiers import TierError
 from studio.ui import tables
-
-MAX_UPLOAD_BYTES = 20 * 2**20
-UPLOAD_FORMATS = ("BMP", "JPEG", "PNG", "WEBP")  # Pillow's names of the formats an engine reads as a first frame
-
 
 # The form's words for the fields the models check, where a model's field name is not what the page shows.
 FIELD_LABELS = {
@@ -39,6 +35,7 @@ FIELD_LABELS = {
     "seed_policy": "seed per copy",
     "copies": "copies per prompt",
     "input_reference": "image",
+    "image_url": "image URL",
     "generate_sound": "sound",
 }
 
@@ -61,29 +58,6 @@ def describe_error(exc: Exception) -> str:
 
 
 # ---- Generate --------------------------------------------------------------------------------------
-def upload_suffixes() -> list[str]:
-    return sorted(suffix for suffix, name in Image.registered_extensions().items() if name in UPLOAD_FORMATS)
-
-
-def check_upload(path: str | None) -> Path | None:
-    """An image for image-to-video: by its name and by what Pillow reads in it, one of UPLOAD_FORMATS, under
-    the size limit."""
-    if not path:
-        return None
-    file = Path(path)
-    suffixes = upload_suffixes()
-    if file.suffix.lower() not in suffixes:
-        raise ValueError(f"the upload must be an image ({', '.join(suffixes)}), got {file.name!r}")
-    if file.stat().st_size > MAX_UPLOAD_BYTES:
-        raise ValueError(f"the image is larger than {MAX_UPLOAD_BYTES // 2**20} MB")
-    try:
-        with Image.open(file, formats=UPLOAD_FORMATS) as image:
-            image.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise ValueError(f"{file.name!r} is not a readable image") from exc
-    return file
-
-
 def parse_seed(value: Any) -> int | None:
     text = str(value if value is not None else "").strip()
     if not text:
@@ -137,7 +111,8 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
         concurrency=number_field(form, "concurrency", int, 1),
         guardrails=bool(form.get("guardrails", True)),
         generate_sound=bool(form.get("sound", False)),
-        input_reference=check_upload(form.get("image")),
+        input_reference=check_image_file(form.get("image")),
+        image_url=str(form.get("image_url") or ""),
     )
     spec.shape()
     spec.build_requests()
@@ -150,6 +125,11 @@ async def submit(controller: StudioController, form: dict[str, Any], visitor: Vi
         spec = build_spec(form, controller)
     except (ValidationError, TierError, ValueError) as exc:
         return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
+    # The engine of now (the Server tab may have changed it since the page was built): an image it cannot take
+    # is refused here, before anything is sent.
+    refusal = spec.image_refusal(controller.settings.engine)
+    if refusal is not None:
+        return f"**cannot generate**: {html.escape(refusal, quote=False)}"
     if controller.starting:
         await controller.wait_until_ready()
     try:

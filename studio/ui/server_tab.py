@@ -1,11 +1,12 @@
-"""The Server tab: the managed server's state and log, the endpoints' load, start / stop / restart with new
-settings, and the doctor. The settings form is keyed by StudioSettings' field names, whose descriptions are the
+"""The Server tab: the managed server's state and log, the endpoints' load (each replica's node, GPUs, state and
+queue), the fleet's scaling and its last decisions, start / stop / restart with new settings, and the doctor. The settings form is keyed by StudioSettings' field names, whose descriptions are the
 fields' help. Its vLLM-Omni levers show only where the installed vLLM-Omni has their flags (read from its help)."""
 
 from __future__ import annotations
 
 import asyncio
 import html
+import time
 from collections.abc import Mapping
 from typing import Any, get_args
 
@@ -16,17 +17,19 @@ from pydantic import ValidationError
 from studio.backend.controller import StudioController
 from studio.backend.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.server_metrics import scrape
-from studio.backend.supervisor import ServerState
+from studio.backend.supervisor import ManagedServer, ServerState
 from studio.backend.variants import VariantError, server_flags
-from studio.config import EngineMode, StudioSettings
+from studio.config import MANAGED_ENGINES, EngineMode, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers
 from studio.ui.identity import PageAccess
 
 REFRESH_S = 2.0
 LOG_LINES = 200
+SCALING_EVENTS_SHOWN = 10
 ENDPOINT_COLUMNS = [
     "replica",
+    "node",
     "GPUs",
     "endpoint",
     "state",
@@ -230,6 +233,8 @@ def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[st
         extra_serve_args=form.get("extra_serve_args") or "",
         api_key=form.get("api_key") or current.api_key_value(),
     )
+    if values.get("engine") not in MANAGED_ENGINES:  # remote servers are not the studio's to scale
+        values.update(replicas_min=None, replicas_max=None)
     return values
 
 
@@ -250,9 +255,65 @@ def server_state_markdown(controller: StudioController) -> str:
     return text
 
 
+def scaling_markdown(controller: StudioController) -> str:
+    """The fleet's bounds and size, what the autoscaler makes of the queue now, and its last decisions."""
+    settings = controller.settings
+    if not settings.scales:
+        return (
+            f"**Scaling**: off, a fleet of {settings.replicas} (--replicas-min and --replicas-max make it follow "
+            "its load)"
+        )
+    servers = controller.servers
+    serving = sum(server.state is ServerState.READY for server in servers)
+    text = (
+        f"**Scaling**: {settings.replicas_min} to {settings.replicas_max} replicas, now {len(servers)} "
+        f"({serving} serving) · one more when the queue per replica stays above {settings.scale_out_queue:g} for "
+        f"{settings.scale_out_after_s:g} s · one out when idle for {settings.scale_in_idle_s:g} s"
+    )
+    loop = controller.scaling
+    if loop is None or not loop.running:
+        return text + "\n\nNot watching the load: the fleet is not running."
+    if loop.last is not None:
+        text += f"\n\nNow: {html.escape(str(loop.last.action))}, {html.escape(loop.last.reason)}"
+    events = list(loop.events)[-SCALING_EVENTS_SHOWN:][::-1]
+    if events:
+        rows = "\n".join(
+            f"| {time.strftime('%H:%M:%S', time.localtime(event.at))} | {_cell(event.action)} | "
+            f"{_cell(event.replica or '')} | {_cell(_one_line(event.reason))} |"
+            for event in events
+        )
+        text += "\n\n| time | decision | replica | why, or what came of it |\n|---|---|---|---|\n" + rows
+    else:
+        text += "\n\nNo decision yet."
+    return text
+
+
+def _cell(text: str) -> str:
+    """Text in a cell of a Markdown table: escaped, and its bars kept from ending the cell."""
+    return html.escape(text).replace("|", "&#124;")
+
+
+def _one_line(text: str) -> str:
+    """A reason of several lines (a server's start failure and its log) as one table cell: its first line and its
+    last, where the server said what went wrong."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return text if len(lines) < 2 else f"{lines[0]} … {lines[-1]}"
+
+
+def replica_label(index: int, server: ManagedServer) -> str:
+    """Its position (what Restart replica and Stop replica take), and its name where that says another number (a
+    fleet that scaled in keeps its replicas' names)."""
+    return str(index) if server.name in (f"replica {index}", "server") else f"{index} ({server.name})"
+
+
+def replica_node(server: ManagedServer) -> str:
+    """The node a replica runs on: Ray's node (address and id) on Ray, else this machine."""
+    return getattr(server, "node", None) or "this machine"
+
+
 async def endpoint_table(controller: StudioController) -> pd.DataFrame:
-    """Each server the studio sends work to: for a replica of its fleet, its GPUs, state and last log line; for
-    each, what the studio has outstanding there and what its /metrics says."""
+    """Each server the studio sends work to: for a replica of its fleet, its node, GPUs, state and last log line;
+    for each, what the studio has outstanding there (its queue) and what its /metrics says."""
     pool = controller.pool
     replicas = {server.base_url: (index, server) for index, server in enumerate(controller.servers) if server.port}
     urls = [ep.url for ep in pool.endpoints] if pool is not None else list(replicas)
@@ -266,12 +327,15 @@ async def endpoint_table(controller: StudioController) -> pd.DataFrame:
             state = str(server.state)
         elif endpoint is None:
             state = "starting"
+        elif endpoint.retiring:
+            state = "taken out"
         else:
             state = "restarting" if endpoint.restarting else ("up" if endpoint.healthy else "down")
         tail = [line for line in server.log_tail(20) if line.strip()] if server is not None else []
         rows.append(
             [
-                "–" if index is None else index,
+                "–" if index is None or server is None else replica_label(index, server),
+                "–" if server is None else replica_node(server),
                 ",".join(server.gpus) if server is not None and server.gpus else "–",
                 url,
                 state,
@@ -369,6 +433,7 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         elem_id="server-metrics",
         label="Replicas and endpoints",
     )
+    scaling = gr.Markdown("", elem_id="server-scaling")
     with gr.Row():
         replica = gr.Number(value=0, precision=0, label="Replica", elem_id="replica-index", scale=1)
         restart_one = gr.Button("Restart replica", elem_id="replica-restart", scale=1)
@@ -408,14 +473,14 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         shown, note = lever_visibility(flags, why)
         yield [html.escape(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
 
-    @timer.tick(inputs=replica, outputs=[state, log_tail], show_progress="hidden", api_visibility="private")
+    @timer.tick(inputs=replica, outputs=[state, scaling, log_tail], show_progress="hidden", api_visibility="private")
     def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
-        if not is_operator(request, profile):  # the log and state are the operator's
-            return gr.skip(), gr.skip()
+        if not is_operator(request, profile):  # the log, state and scaling are the operator's
+            return gr.skip(), gr.skip(), gr.skip()
         servers = controller.servers
         index = int(shown) if isinstance(shown, (int, float)) and 0 <= int(shown) < len(servers) else 0
         lines = servers[index].log_tail(LOG_LINES) if servers else []
-        return server_state_markdown(controller), "\n".join(lines)
+        return server_state_markdown(controller), scaling_markdown(controller), "\n".join(lines)
 
     @restart_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="restart_replica")
     async def on_restart_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any):

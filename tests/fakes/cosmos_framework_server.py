@@ -11,12 +11,17 @@ contract page (docs: cosmos-framework-serve-api) exactly, traps included:
 - a worker failure answers 500 with a text body (prompts with "guardrail-unsafe" are blocked by the guardrails
   when the server runs with them; prompts with "worker-crash" fail in the worker), or, with --keep-going,
   200 with `status: "error"`;
+- a vision_path that is an http(s) URL is fetched by the worker, as the server fetches its input: one it
+  cannot fetch is a worker failure (500, or `status: "error"` with --keep-going);
 - the video is a real mp4 (small frames, the asked frame count) under the output folder, fetched from
   GET /outputs/<run folder>/vision.mp4; GET /models lists the models ("" for one started from the CLI);
   GET /info answers 500, as it may in that release; there is no /health, no job id, no progress, no cancel.
 
+For the tests, not the contract: `--record FILE` appends each POST /generate body to FILE as it arrived, one a
+line, before anything checks it (what a client sent, refused or not).
+
 Run: python -m tests.fakes.cosmos_framework_server --port P [--delay S] [--keep-going] [--no-guardrails]
-     [--model NAME ...] [--output-dir DIR]
+     [--model NAME ...] [--output-dir DIR] [--record FILE]
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import httpx
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, HTTPException
@@ -79,8 +85,41 @@ class OmniSampleOverrides(BaseModel):
         raise ValueError(f"file not found: {path}")
 
 
-def build_app(output_dir: Path, delay_s: float, keep_going: bool, guardrails: bool, models: list[str]) -> FastAPI:
+class BodyRecorder:
+    """ASGI middleware: each POST /generate body, whole and as received, appended to `path` as one line."""
+
+    def __init__(self, app: Any, path: Path):
+        self.app = app
+        self.path = path
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if not (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/generate"):
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+
+        async def recording_receive() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    with self.path.open("ab") as handle:
+                        handle.write(b"".join(chunks).replace(b"\n", b" ") + b"\n")
+            return message
+
+        return await self.app(scope, recording_receive, send)
+
+
+def build_app(
+    output_dir: Path,
+    delay_s: float,
+    keep_going: bool,
+    guardrails: bool,
+    models: list[str],
+    record: Path | None = None,
+) -> FastAPI:
     app = FastAPI()
+    if record is not None:
+        app.add_middleware(BodyRecorder, path=record)
     output_dir.mkdir(parents=True, exist_ok=True)
     one_at_a_time = asyncio.Lock()  # one replica, one request per batch
 
@@ -110,6 +149,8 @@ def build_app(output_dir: Path, delay_s: float, keep_going: bool, guardrails: bo
                 failure = "Guardrail blocked text2video generation: the prompt failed the safety check."
             elif CRASH_WORD in prompt:
                 failure = "RuntimeError: CUDA error: an illegal memory access was encountered"
+            else:
+                failure = await fetch_failure(overrides.vision_path)
             if failure is not None:
                 if not keep_going:
                     return PlainTextResponse(f"Internal Server Error: {failure}", status_code=500)
@@ -120,6 +161,20 @@ def build_app(output_dir: Path, delay_s: float, keep_going: bool, guardrails: bo
 
     app.mount("/outputs", StaticFiles(directory=output_dir), name="outputs")
     return app
+
+
+async def fetch_failure(vision_path: str | None) -> str | None:
+    """Why the worker could not fetch an http(s) vision_path (None: fetched, or nothing to fetch)."""
+    if vision_path is None or not vision_path.startswith(("http://", "https://")):
+        return None
+    try:
+        async with httpx.AsyncClient(timeout=10.0, follow_redirects=True) as http:
+            response = await http.get(vision_path)
+    except httpx.HTTPError as exc:
+        return f"RuntimeError: failed to download {vision_path}: {exc or type(exc).__name__}"
+    if response.status_code != 200 or not response.content:
+        return f"RuntimeError: failed to download {vision_path}: HTTP {response.status_code}"
+    return None
 
 
 def resolved(overrides: OmniSampleOverrides) -> dict[str, object]:
@@ -156,9 +211,11 @@ def main() -> None:
     parser.add_argument("--no-guardrails", action="store_true")
     parser.add_argument("--model", action="append", help='a model name (repeatable; default: the CLI\'s "")')
     parser.add_argument("--output-dir", type=Path, default=None)
+    parser.add_argument("--record", type=Path, default=None, help="append each POST /generate body to this file")
     args = parser.parse_args()
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="cosmos-serve-"))
-    app = build_app(output_dir, args.delay, args.keep_going, not args.no_guardrails, args.model or [""])
+    guardrails, models = not args.no_guardrails, args.model or [""]
+    app = build_app(output_dir, args.delay, args.keep_going, guardrails, models, args.record)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -104,8 +104,8 @@ def test_a_variant_with_a_flag_the_engine_lacks_is_refused_before_any_server_sta
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--layouts", "1x2"], "layout 1x2: the embedded engine runs each request on one device"),
         (["--layouts", "2y1"], "layouts take REPLICASxWIDTH separated by commas"),
+        (["--layouts", "1x2"], "layout 1x2: the embedded engine runs one request on several devices for Wan pipelines"),
         (["--layouts", "2x1", "--gpus", "0"], "layout 2x1: 2 replicas x 1 GPU each"),
         (
             ["--engine", "remote", "--url", "http://127.0.0.1:9", "--layouts", "1x1"],
@@ -196,3 +196,18 @@ def test_the_page_benches_layouts_and_applies_one(tmp_path):
         assert controller.settings.replicas == 2 and len(controller.pool.endpoints) == 2
     finally:
         controller.close()
+
+
+def test_an_embedded_replica_two_devices_wide_runs_each_request_across_two_ranks(tmp_path):
+    """Width 2 of the embedded engine: guidance split across two ranks (over gloo on this CPU), one rank per core."""
+    out = tmp_path / "report"
+    model = str(Path(__file__).resolve().parents[2] / "assets" / "tiny-wan")  # a Wan pipeline: it spreads
+    result = bench(out, "--model", model, "--layouts", "1x1,1x2", "--requests", "2", "--concurrency", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    one, wide = report["fleets"]
+    assert (wide["layout"], wide["width"], wide["devices"]) == ("1x2", 2, 2) and "error" not in wide
+    assert "--cfg-parallel-size 2" in wide["commands"][0] and "--cfg-parallel-size" not in one["commands"][0]
+    assert wide["engine_threads"] == [max(1, cpu_cores() // 2)]  # a share of the cores for each of its ranks
+    cells = {c["layout"]: c for c in report["cells"]}
+    assert cells["1x2"]["completed"] == 2 and cells["1x2"]["failed"] == 0

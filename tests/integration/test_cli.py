@@ -65,7 +65,11 @@ def test_generate_prints_the_mp4_path_last(tmp_path):
         (["--frames", "0"], "frames must be between 5 and 400"),
         (["--fps", "25"], "fps must be one of 10, 16, 24, 30"),
         (["--steps", "500"], "less than or equal to 200"),
-        (["--seed", "-1"], "greater than or equal to 0"),
+        (["--seed", "-1"], "--seed: Input should be greater than or equal to 0"),
+        (["--image-url", "ftp://img.example/cat.png"], "--image-url: must be an http:// or https:// address"),
+        (["--image-url", "https://img.example/cat.png"], "the embedded engine's models are text-to-video"),
+        (["--image", "cat.png"], "the embedded engine's models are text-to-video"),
+        (["--engine", "vllm-omni", "--image", "missing.png"], "--image: no image file at 'missing.png'"),
     ],
 )
 def test_generate_rejects_bad_input_before_starting(args, message, tmp_path):
@@ -75,15 +79,49 @@ def test_generate_rejects_bad_input_before_starting(args, message, tmp_path):
     assert "starting the" not in result.stderr
 
 
+def test_generate_refuses_an_empty_prompt_among_others_before_starting(tmp_path):
+    result = studio("generate", "a red circle", " ", "a blue square", "--out", str(tmp_path), timeout=60)
+    assert result.returncode == 2 and "prompt 2 of 3 is empty" in result.stderr
+    assert "starting the" not in result.stderr and result.stdout == ""
+
+
 def test_generate_reports_a_bad_model_path(tmp_path):
     result = studio("generate", "x", "--model", str(tmp_path / "missing"), "--out", str(tmp_path), timeout=120)
     assert result.returncode == 1
     assert "could not start the engine" in result.stderr and "not found" in result.stderr
 
 
-def test_generate_reports_a_guardrail_block(tmp_path):
-    result = studio("generate", "a field of gore", "--frames", "5", "--steps", "2", "--out", str(tmp_path))
-    assert result.returncode == 1 and "blocked by guardrails" in result.stderr
+def test_generate_reports_a_guardrail_block_and_keeps_the_other_video(tmp_path):
+    prompts = ("a field of gore", "a red circle moving left")
+    result = studio(
+        "generate", *prompts, "--frames", "5", "--steps", "2", "--model", str(MODEL_DIR), "--out", str(tmp_path)
+    )
+    assert result.returncode == 1  # some failed
+    assert "[1/2] 'a field of gore' request blocked by guardrails" in result.stderr
+    assert "1 of 2 requests failed" in result.stderr
+    (path,) = [Path(line) for line in result.stdout.splitlines()]  # only the video made
+    assert json.loads(path.with_suffix(".json").read_text())["parameters"]["prompt"] == prompts[1]
+
+
+def test_generate_sends_its_prompts_at_once_over_a_fleet(tmp_path):
+    """Two prompts on two embedded replicas (a thread each): both sent at once, one to each replica, the paths
+    printed in the order of the prompts."""
+    prompts = ("a red circle moving left", "a blue square moving up")
+    shape = ("--tier", "256p", "--aspect", "1:1", "--frames", "5", "--steps", "2")
+    fleet = ("--replicas", "2", "--engine-threads", "1", "--model", str(MODEL_DIR))
+    result = studio("generate", *prompts, *shape, *fleet, "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "starting 2 replicas of the embedded engine" in result.stderr and "fleet ready in" in result.stderr
+    paths = [Path(line) for line in result.stdout.strip().splitlines()[-2:]]
+    sidecars = [json.loads(path.with_suffix(".json").read_text()) for path in paths]
+    assert [sidecar["parameters"]["prompt"] for sidecar in sidecars] == list(prompts)
+    assert all(probe_mp4(path).num_frames == 5 for path in paths)
+    # One replica each: the sidecars name the two servers the fleet started.
+    ready = next(line for line in result.stderr.splitlines() if line.startswith("fleet ready in"))
+    replicas = set(ready.split(" at ", 1)[1].split(", "))
+    assert len(replicas) == 2 and {sidecar["endpoint"] for sidecar in sidecars} == replicas
+    logs = sorted((tmp_path / "logs").glob("embedded-server-*.log"))
+    assert [log.name for log in logs] == ["embedded-server-0.log", "embedded-server-1.log"]
 
 
 def test_doctor_json():

@@ -12,14 +12,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
-from gradio_client import Client
+from gradio_client import Client, handle_file
+from PIL import Image
 
 from studio.backend.cosmos_framework_client import (
     GUARDRAILS_AT_START,
@@ -32,7 +35,7 @@ from studio.backend.recovery import leftovers_to_follow
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
+from studio.backend.spec import NO_UPLOAD, RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import free_port
 from studio.media import probe_mp4
@@ -41,6 +44,24 @@ from tests.browser.conftest import start_studio, stop_studio
 pytestmark = pytest.mark.integration
 
 BLOCKED = "a guardrail-unsafe scene"  # the double's guardrails block prompts with these words
+# The keys of the server's body (OmniSampleOverrides, docs: cosmos-framework-serve-api); it refuses any other.
+OMNI_SAMPLE_KEYS = (
+    "name",
+    "prompt",
+    "negative_prompt",
+    "seed",
+    "model",
+    "model_mode",
+    "resolution",
+    "aspect_ratio",
+    "fps",
+    "num_frames",
+    "num_steps",
+    "guidance",
+    "shift",
+    "enable_sound",
+    "vision_path",
+)
 SMALL = {"tier": "256p", "aspect": "1:1", "frames": 9, "steps": 2}
 
 
@@ -51,10 +72,15 @@ class CosmosServer:
     url: str
     process: subprocess.Popen
     output_dir: Path
+    record: Path  # each POST /generate body it received, one a line
 
     def videos(self) -> list[Path]:
         """The mp4s the server made, in its own output folder."""
         return sorted(self.output_dir.glob("*/vision.mp4"))
+
+    def bodies(self) -> list[dict]:
+        """The bodies of POST /generate it received, as sent, in order."""
+        return [json.loads(line) for line in self.record.read_text().splitlines()] if self.record.exists() else []
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -68,9 +94,10 @@ def cosmos_server(tmp_path: Path, *flags: str, delay_s: float = 0.3) -> Iterator
     output_dir = tmp_path / f"serve-{port}"
     log = (tmp_path / f"serve-{port}.log").open("ab")
     argv = [sys.executable, "-m", "tests.fakes.cosmos_framework_server", "--port", str(port)]
-    argv += ["--delay", str(delay_s), "--output-dir", str(output_dir), *flags]
+    record = tmp_path / f"serve-{port}.bodies"
+    argv += ["--delay", str(delay_s), "--output-dir", str(output_dir), "--record", str(record), *flags]
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = CosmosServer(f"http://127.0.0.1:{port}", process, output_dir)
+    server = CosmosServer(f"http://127.0.0.1:{port}", process, output_dir, record)
     try:
         deadline = time.monotonic() + 60
         while True:  # the server has no health route: it is up once /models answers
@@ -84,6 +111,41 @@ def cosmos_server(tmp_path: Path, *flags: str, delay_s: float = 0.3) -> Iterator
     finally:
         server.kill()
         log.close()
+
+
+@dataclass
+class ImageHost:
+    """A web server on loopback with one image: what an image-to-video request names by its URL."""
+
+    url: str
+    png: Path  # the same image, as a file to upload
+    fetched: list[str] = field(default_factory=list)  # the paths asked for, answered 200
+
+
+@contextlib.contextmanager
+def image_host(tmp_path: Path) -> Iterator[ImageHost]:
+    folder = tmp_path / "hosted"
+    folder.mkdir(exist_ok=True)
+    Image.new("RGB", (64, 64), "red").save(folder / "first-frame.png")
+    fetched: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(folder), **kwargs)
+
+        def log_request(self, code="-", size="-"):
+            if str(code) == "200":
+                fetched.append(self.path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="image-host", daemon=True)
+    thread.start()
+    try:
+        yield ImageHost(f"http://127.0.0.1:{server.server_port}/first-frame.png", folder / "first-frame.png", fetched)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 def run_requests(urls: list[str], store: OutputStore, timeout_s: float = 60.0, **spec: object) -> list[RequestView]:
@@ -138,6 +200,37 @@ def test_generate_reports_a_refused_field_and_an_unknown_model(tmp_path):
         model = studio_cli("generate", "x", "--served-model-name", "Cosmos3-Big", *common)
     assert guidance.returncode != 0 and "HTTP 422" in guidance.stderr and "guidance" in guidance.stderr
     assert model.returncode != 0 and "Model 'Cosmos3-Big' not found" in model.stderr
+
+
+def test_generate_sends_an_image_url_that_the_server_fetches(tmp_path):
+    with cosmos_server(tmp_path) as server, image_host(tmp_path) as host:
+        engine = ("--engine", "cosmos-framework", "--url", server.url, "--out", str(tmp_path / "out"))
+        shape = ("--tier", "256p", "--aspect", "1:1", "--frames", "9", "--steps", "2", "--quiet")
+        result = studio_cli("generate", "the red square comes alive", "--image-url", host.url, *engine, *shape)
+        (body,) = server.bodies()
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The contract's body: the image as vision_path, the mode it asks for; nothing the server would refuse.
+    assert (body["vision_path"], body["model_mode"]) == (host.url, "image2video")
+    assert set(body) <= set(OMNI_SAMPLE_KEYS) and "image_reference" not in body
+    assert host.fetched == ["/first-frame.png"]  # the server fetched it
+    sidecar = json.loads(Path(result.stdout.strip().splitlines()[-1]).with_suffix(".json").read_text())
+    assert json.loads(sidecar["parameters"]["image_reference"]) == {"image_url": host.url}
+    assert sidecar["job"]["args"]["vision_path"] == host.url
+
+
+def test_generate_refuses_an_image_the_server_cannot_take_and_sends_nothing(tmp_path):
+    with cosmos_server(tmp_path) as server, image_host(tmp_path) as host:
+        common = ("--engine", "cosmos-framework", "--url", server.url, "--out", str(tmp_path / "out"), "--quiet")
+        not_http = studio_cli("generate", "x", "--image-url", "ftp://127.0.0.1/first-frame.png", *common)
+        no_scheme = studio_cli("generate", "x", "--image-url", "first-frame.png", *common)
+        upload = studio_cli("generate", "x", "--image", str(host.png), *common)
+        bodies = server.bodies()
+    assert not_http.returncode == 2 and no_scheme.returncode == 2 and upload.returncode == 2
+    assert "--image-url: must be an http:// or https:// address the server can fetch" in not_http.stderr
+    assert "'first-frame.png'" in no_scheme.stderr
+    assert NO_UPLOAD in upload.stderr and "--image-url" in NO_UPLOAD
+    assert not_http.stdout == no_scheme.stdout == upload.stdout == ""
+    assert bodies == [] and host.fetched == []  # nothing sent
 
 
 # ---- the run machinery -----------------------------------------------------------------------------
@@ -240,19 +333,39 @@ def generate(client: Client, prompt: str, **values: object) -> str:
 
 def test_the_page_generates_shows_blocks_and_cancels_on_the_server(tmp_path):
     outputs = tmp_path / "outputs"
-    with cosmos_server(tmp_path, delay_s=2.0) as server:
+    with cosmos_server(tmp_path, delay_s=2.0) as server, image_host(tmp_path) as host:
         studio = start_studio(outputs, tmp_path / "studio.log", "--engine", "cosmos-framework", "--url", server.url)
         try:
-            # The guardrails switch cannot be used, and says why.
             config = httpx.get(studio.url + "/config", timeout=10).json()
-            (switch,) = [c["props"] for c in config["components"] if c.get("props", {}).get("elem_id") == "guardrails"]
+            props = {
+                c["props"]["elem_id"]: c["props"] for c in config["components"] if c.get("props", {}).get("elem_id")
+            }
+            # The guardrails switch cannot be used, and says why.
+            switch = props["guardrails"]
             assert switch["interactive"] is False and switch["info"] == GUARDRAILS_AT_START
+            # The image goes as a URL: the upload is hidden, the URL field is there and says why.
+            assert props["image"]["visible"] is False and props["image-url"]["visible"] is True
+            assert props["image-url"]["info"] == NO_UPLOAD
 
             client = Client(studio.url, verbose=False)
-            assert generate(client, "a red circle").startswith("queued 1 request")
+            # What the server cannot take is refused in the status line, and nothing is sent.
+            for refused, message in (
+                ({"image_url": "ftp://127.0.0.1/first-frame.png"}, "image URL: must be an http:// or https:// address"),
+                ({"image_url": "first-frame.png"}, "got 'first-frame.png'"),
+                ({"image": handle_file(str(host.png))}, NO_UPLOAD),
+            ):
+                status = generate(client, "never sent", **refused)
+                assert status.startswith("**cannot generate**") and message in status, status
+            assert server.bodies() == [] and host.fetched == []
+
+            # The first frame from a URL: in the server's body as the contract says, fetched by the server.
+            assert generate(client, "a red circle", image_url=host.url).startswith("queued 1 request")
             rows = wait_for(outputs, lambda rows: rows and rows[0][1] in ("done", "failed"), "the request ended")
             assert rows[0][1] == "done", rows
             assert len(list((outputs / "videos").glob("*/*.mp4"))) == 1
+            (body,) = server.bodies()
+            assert (body["vision_path"], body["model_mode"]) == (host.url, "image2video") and host.fetched
+            assert json.loads(request_parameters(outputs, "a red circle")["image_reference"]) == {"image_url": host.url}
 
             assert generate(client, BLOCKED).startswith("queued 1 request")
             rows = wait_for(outputs, lambda rows: len(rows) == 2 and rows[1][1] == "failed", "the block failed")
@@ -274,6 +387,13 @@ def test_the_page_generates_shows_blocks_and_cancels_on_the_server(tmp_path):
             assert len(list((outputs / "videos").glob("*/*.mp4"))) == 1  # only the first request's
         finally:
             stop_studio(studio)
+
+
+def request_parameters(outputs: Path, prompt: str) -> dict:
+    """The request's fields as its history row records them."""
+    with sqlite3.connect(outputs / "history.sqlite3") as db:
+        (parameters,) = db.execute("SELECT parameters FROM requests WHERE prompt = ?", (prompt,)).fetchone()
+    return json.loads(parameters)
 
 
 def wait_for_request_id(outputs: Path, prompt: str) -> str:

@@ -20,6 +20,7 @@ from studio.engine.generator import VideoGenerator
 from studio.engine.parallel import ParallelSettings, RankLayout
 from studio.engine.parallel.followers import FollowerLost
 from studio.engine.parallel.sequence import TokenShares, UlyssesWanAttnProcessor
+from studio.engine.parallel.split_decode import decoder_halo
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +50,9 @@ def run_batch(generator: VideoGenerator, requests: list[GenerationParams], **ite
     return results
 
 
-def spread_generator(cfg: int, ulysses: int) -> VideoGenerator:
-    generator = VideoGenerator(
-        str(TINY_WAN_DIR), device="cpu", threads=1, parallel=ParallelSettings(cfg, ulysses, **TIMEOUTS)
-    )
+def spread_generator(cfg: int, ulysses: int, split_decode: bool = True) -> VideoGenerator:
+    parallel = ParallelSettings(cfg, ulysses, split_decode=split_decode, **TIMEOUTS)
+    generator = VideoGenerator(str(TINY_WAN_DIR), device="cpu", threads=1, parallel=parallel)
     generator.load()
     return generator
 
@@ -64,7 +64,11 @@ def single() -> VideoGenerator:
     return generator
 
 
-@pytest.fixture(scope="module", params=[(2, 1), (1, 2)], ids=["cfg-parallel-2", "ulysses-2"])
+@pytest.fixture(
+    scope="module",
+    params=[(2, 1, True), (1, 2, True), (2, 1, False)],
+    ids=["cfg-parallel-2", "ulysses-2", "cfg-parallel-2-leader-decodes"],
+)
 def spread(request: pytest.FixtureRequest) -> Iterator[VideoGenerator]:
     generator = spread_generator(*request.param)
     followers = generator.rank.followers
@@ -111,6 +115,27 @@ def test_each_rank_runs_its_share(spread: VideoGenerator) -> None:
     else:
         assert set(rows) == {4} and set(tokens) == {5}  # both halves; 5 of the 9 tokens
         assert all(isinstance(block.attn1.processor, UlyssesWanAttnProcessor) for block in transformer.blocks)
+
+
+def test_each_rank_decodes_a_strip(spread: VideoGenerator, single: VideoGenerator) -> None:
+    """At 512x16 (64 latent columns) rank 0's VAE up blocks see its strip with the halo, not the whole width,
+    where the ranks split the decode; the frames still equal the one-rank engine's."""
+    widths: list[int] = []
+    handle = spread.pipe.vae.decoder.up_blocks[0].register_forward_pre_hook(
+        lambda _m, args: widths.append(args[0].shape[-1])
+    )
+    wide = params(51, steps=2, size={"width": 512, "height": 16, "num_frames": 5})
+    try:
+        got = spread.generate(wide)
+    finally:
+        handle.remove()
+    expected = single.generate(wide)
+    difference = np.abs(got.frames.astype(int) - expected.frames.astype(int))
+    assert difference.max() <= 1 and difference.mean() < 0.01
+    if spread.rank.splits_decode:
+        assert set(widths) == {32 + decoder_halo(spread.pipe.vae.decoder)}  # its 32 columns and the halo
+    else:
+        assert set(widths) == {64}
 
 
 def test_cancel_keeps_the_ranks_in_step(spread: VideoGenerator, single: VideoGenerator) -> None:

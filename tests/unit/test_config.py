@@ -77,3 +77,47 @@ def test_a_flag_without_a_description_is_refused():
 
     with pytest.raises(ValueError, match="level has no description"):
         add_model_flags(argparse.ArgumentParser(), Undocumented)
+
+
+def test_a_scaling_fleet_starts_at_its_minimum_within_its_bounds(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    settings = _ui_settings(
+        "--cluster", "ray", "--replicas-min", "1", "--replicas-max", "3", "--scale-out-queue", "2.5",
+        "--scale-out-after", "5", "--scale-in-idle", "40",
+    )  # fmt: skip
+    assert (settings.replicas_min, settings.replicas_max, settings.replicas) == (1, 3, 1) and settings.scales
+    assert (settings.scale_out_queue, settings.scale_out_after_s, settings.scale_in_idle_s) == (2.5, 5.0, 40.0)
+    assert _ui_settings("--replicas-min", "1", "--replicas-max", "3", "--replicas", "2").replicas == 2
+    assert not _ui_settings("--replicas", "2").scales
+    monkeypatch.setenv("OMNI_STUDIO_REPLICAS_MIN", "2")
+    monkeypatch.setenv("OMNI_STUDIO_REPLICAS_MAX", "4")
+    monkeypatch.setenv("OMNI_STUDIO_SCALE_IN_IDLE_S", "90")
+    from_env = _ui_settings()
+    assert (from_env.replicas, from_env.replicas_max, from_env.scale_in_idle_s) == (2, 4, 90.0)
+    assert _ui_settings("--replicas-max", "2").replicas_max == 2  # the flag beats the env
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicas_min": 2}, "--replicas-min and --replicas-max go together"),
+        ({"replicas_max": 2}, "--replicas-min and --replicas-max go together"),
+        ({"replicas_min": 3, "replicas_max": 2}, "--replicas-min 3 is more than --replicas-max 2"),
+        ({"replicas_min": 1, "replicas_max": 2, "replicas": 3}, "--replicas 3 .* is outside --replicas-min 1"),
+        ({"replicas_min": 0, "replicas_max": 2}, "greater than or equal to 1"),
+        ({"replicas_min": 1, "replicas_max": 2, "engine": "remote"}, "scale a fleet the studio runs"),
+        ({"scale_out_queue": 0}, "greater than 0"),
+    ],
+)
+def test_scaling_settings_that_cannot_work_are_refused_with_what_to_change(values, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=message):
+        StudioSettings(_env_file=None, **values)
+
+
+def test_the_ui_command_says_what_is_wrong_with_the_scaling_flags(capsys):
+    from studio.cli import main
+
+    assert main(["ui", "--replicas-min", "3", "--replicas-max", "2"]) == 2
+    assert "--replicas-min 3 is more than --replicas-max 2" in capsys.readouterr().err

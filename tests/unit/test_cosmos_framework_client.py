@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from studio.backend.board import RequestBoard
-from studio.backend.client import ClientError, RequestRejected, VideoClient
+from studio.backend.client import ClientError, RequestRejected, ServerClient, VideoClient, save_stream
 from studio.backend.cosmos_framework_client import (
     GUARDRAILS_AT_START,
     JOB_ID_PREFIX,
@@ -94,6 +94,38 @@ def test_an_image_goes_as_a_url_the_server_fetches_and_an_upload_is_refused(tmp_
     with pytest.raises(RequestRejected, match="takes no upload") as refused:
         generate_body(request(input_reference=upload), "n")
     assert str(refused.value) == NO_UPLOAD and "URL" in NO_UPLOAD
+
+
+def test_the_image_url_of_a_run_is_the_vision_path_of_an_image_to_video_sample():
+    spec = RunSpec(prompts=["a cat"], tier="256p", aspect="1:1", frames=9, image_url="https://img.example/cat.png")
+    body = generate_body(spec.build_requests()[0], "n")
+    assert (body["vision_path"], body["model_mode"]) == ("https://img.example/cat.png", "image2video")
+    assert "vision_path" not in generate_body(request(), "n") and "model_mode" not in generate_body(request(), "n")
+
+
+def test_both_clients_are_built_from_the_same_options_each_at_its_contracts_root():
+    for kind, root in ((VideoClient, "http://gpu-node:8000/v1"), (CosmosFrameworkClient, "http://gpu-node:8000")):
+        client = kind("http://gpu-node:8000/v1/", api_key="k", http_timeout_s=5.0, poll_interval_s=0.5, max_retries=0)
+        assert isinstance(client, ServerClient) and client.base_url == root
+        assert (client.api_key, client.http_timeout_s, client.poll_interval_s, client.max_retries) == ("k", 5.0, 0.5, 0)
+        with pytest.raises(ValueError, match="must start with http"):
+            kind("gpu-node:8000")
+
+
+async def _chunks(broken: bool):
+    yield b"ab"
+    if broken:
+        raise httpx.ReadError("connection reset")
+    yield b"cd"
+
+
+def test_a_video_is_saved_whole_or_not_at_all(tmp_path):
+    dest = tmp_path / "day" / "req.mp4"
+    assert asyncio.run(save_stream(_chunks(broken=False), dest)) == 4 and dest.read_bytes() == b"abcd"
+    broken = tmp_path / "day" / "broken.mp4"
+    with pytest.raises(httpx.ReadError):
+        asyncio.run(save_stream(_chunks(broken=True), broken))
+    assert sorted(path.name for path in dest.parent.iterdir()) == ["req.mp4"]  # no part file, no half video
 
 
 def test_guardrails_cannot_be_turned_off_per_request():

@@ -10,7 +10,7 @@ from studio.backend.layouts import (
     plan_layout,
     settings_layout,
 )
-from studio.config import StudioSettings
+from studio.config import TINY_WAN_DIR, StudioSettings
 
 FOUR_GPUS = ["0", "1", "2", "3"]
 
@@ -61,12 +61,22 @@ def test_a_layout_sets_replicas_and_tensor_parallel_of_vllm_omni():
     assert (embedded.replicas, embedded.tensor_parallel_size) == (3, 1)
 
 
-def test_the_embedded_engine_takes_width_one_only_and_says_why():
+@pytest.mark.parametrize(
+    ("width", "cfg", "ulysses"), [(1, 1, 1), (2, 2, 1), (3, 1, 3), (4, 2, 2), (8, 2, 4)], ids=lambda v: str(v)
+)
+def test_the_embedded_engines_width_is_its_own_parallelism(width: int, cfg: int, ulysses: int):
+    """Guidance halves first, then the tokens: the fleet's width in devices per request, and back."""
+    fleet = layout_settings(settings(model=str(TINY_WAN_DIR)), Layout(2, width))
+    assert (fleet.replicas, fleet.cfg_parallel_size, fleet.ulysses_degree) == (2, cfg, ulysses)
+    assert settings_layout(fleet) == Layout(2, width)
+
+
+def test_a_model_the_engine_cannot_spread_takes_width_one_and_says_why():
     with pytest.raises(LayoutError) as refused:
-        layout_settings(settings(), Layout(1, 2))
+        layout_settings(settings(), Layout(1, 2))  # the default model: the small one, not a Wan pipeline
     message = str(refused.value)
-    assert message.startswith("layout 1x2: the embedded engine runs each request on one device")
-    assert "no tensor parallelism" in message and "e.g. 2x1" in message and "--engine vllm-omni" in message
+    assert message.startswith("layout 1x2: the embedded engine runs one request on several devices for Wan")
+    assert "OmniSmallT2VPipeline" in message and "e.g. 2x1" in message
 
 
 def test_remote_servers_have_no_layout():

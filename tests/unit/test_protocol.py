@@ -3,6 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from studio.backend.spec import NO_UPLOAD, TEXT_TO_VIDEO_ONLY, RunSpec
 from studio.protocol import (
     DEFAULT_FPS,
     DEFAULT_HEIGHT,
@@ -158,3 +159,46 @@ def test_list_page_and_envelope():
         "error": {"message": "Video not found", "type": "Not Found", "param": None, "code": 404}
     }
     assert error_message(ErrorResponse.of(409, "busy").error.model_dump()) == "busy"  # the SDK's `.body`
+
+
+# ---- the image for image-to-video, as the studio builds it ---------------------------------------------------
+def test_an_image_url_goes_as_the_contracts_image_reference_and_is_recorded():
+    (request,) = RunSpec(prompts=["a cat"], image_url="  https://img.example/cat.png ").build_requests()
+    assert json.loads(request.image_reference) == {"image_url": "https://img.example/cat.png"}
+    fields = request.form_fields()  # what VideoClient sends to vLLM-Omni: a JSON string in one form field
+    assert json.loads(fields["image_reference"]) == {"image_url": "https://img.example/cat.png"}
+    assert "input_reference" not in fields
+    assert request.parameters()["image_reference"] == request.image_reference  # the sidecar and history
+    assert RunSpec(prompts=["a cat"], image_url="").build_requests()[0].image_reference is None
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://img.example/cat.png", "file:///etc/passwd", "cat.png", "https://", "http://a b"]
+)
+def test_an_image_url_that_is_not_http_is_refused_naming_the_field(url):
+    with pytest.raises(ValidationError) as refused:
+        RunSpec(prompts=["a cat"], image_url=url)
+    (problem,) = refused.value.errors()
+    assert problem["loc"] == ("image_url",)
+    assert problem["msg"].startswith("must be an http:// or https:// address the server can fetch, got ")
+
+
+def test_an_image_is_an_upload_or_a_url_not_both(tmp_path):
+    with pytest.raises(ValidationError, match="as an upload or as a URL, not both"):
+        RunSpec(prompts=["a cat"], image_url="https://img.example/cat.png", input_reference=tmp_path / "cat.png")
+
+
+@pytest.mark.parametrize(
+    ("engine", "upload", "url"),
+    [
+        ("embedded", TEXT_TO_VIDEO_ONLY, TEXT_TO_VIDEO_ONLY),
+        ("vllm-omni", None, None),
+        ("remote", None, None),
+        ("cosmos-framework", NO_UPLOAD, None),
+    ],
+)
+def test_each_engine_takes_the_image_its_contract_takes(engine, upload, url, tmp_path):
+    with_upload = RunSpec(prompts=["a cat"], input_reference=tmp_path / "cat.png")
+    with_url = RunSpec(prompts=["a cat"], image_url="https://img.example/cat.png")
+    assert (with_upload.image_refusal(engine), with_url.image_refusal(engine)) == (upload, url)
+    assert RunSpec(prompts=["a cat"]).image_refusal(engine) is None

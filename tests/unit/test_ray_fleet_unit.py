@@ -54,6 +54,8 @@ def test_layout_names_the_cluster():
     assert ray_layout_label(settings(engine="embedded", replicas=2, cluster="ray")) == "2 x embedded on Ray (local)"
     remote = settings(engine="vllm-omni", replicas=4, tensor_parallel_size=4, cluster="ray", ray_address="h:6379")
     assert ray_layout_label(remote) == "4 x TP4 on Ray at h:6379"
+    scaling = settings(engine="embedded", cluster="ray", replicas_min=1, replicas_max=3)
+    assert ray_layout_label(scaling) == "1-3 x embedded on Ray (local)"
 
 
 def test_the_server_a_dead_actor_left_is_ended_but_a_later_process_on_its_pid_is_not():
@@ -91,4 +93,8 @@ def test_the_ui_command_takes_the_cluster_flags():
     argv = ["ui", "--cluster", "ray", "--ray-address", "10.0.0.1:6379", "--replicas", "4"]
     chosen = studio_settings(build_parser().parse_args(argv))
     assert (chosen.cluster, chosen.ray_address, chosen.replicas) == ("ray", "10.0.0.1:6379", 4)
+    scaling = studio_settings(
+        build_parser().parse_args(["ui", "--cluster", "ray", "--replicas-min", "1", "--replicas-max", "2"])
+    )
+    assert (scaling.replicas, scaling.replicas_min, scaling.replicas_max) == (1, 1, 2)
     assert studio_settings(build_parser().parse_args(["ui"])).cluster == "local"

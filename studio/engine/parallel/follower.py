@@ -52,7 +52,8 @@ def run_follower(spec: FollowerSpec, leader: Connection) -> None:
         if spec.device == "cuda":
             torch.cuda.set_device(spec.rank)
         layout = RankLayout(spec.parallel.cfg_parallel_size, spec.parallel.ulysses_degree, spec.rank)
-        rank = ParallelRank(join(layout, spec.port, spec.device, spec.parallel.collective_timeout_s), leader=leader)
+        groups = join(layout, spec.port, spec.device, spec.parallel.collective_timeout_s)
+        rank = ParallelRank(groups, leader=leader, split_decode=spec.parallel.split_decode)
         generator = VideoGenerator(spec.model, device=spec.device, rank=rank, **spec.generator_options)
         generator.load()
         leader.send(Message("ready"))
@@ -67,6 +68,11 @@ def run_follower(spec: FollowerSpec, leader: Connection) -> None:
         follow(generator, leader)
     finally:
         generator.close()
+    # Nothing of this rank's is left to finish: ending here skips the interpreter's teardown of CUDA and NCCL
+    # state, which can wait on the other ranks.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def follow(generator: VideoGenerator, leader: Connection) -> None:
@@ -96,5 +102,7 @@ def follow(generator: VideoGenerator, leader: Connection) -> None:
             generator.forget_prompts(payload)
         elif kind == "save_cache":
             generator.save_compile_cache()
+        elif kind == "vae_layout":
+            generator.set_vae_layout(payload)
         else:
             raise OutOfStep(f"a follower between batches was told {kind!r}")

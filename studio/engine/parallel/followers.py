@@ -109,6 +109,10 @@ class Followers:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Tell every follower to stop, wait up to `timeout_s` for all, then kill what is left."""
+        self.tell_stop()
+        self.wait_stopped(timeout_s)
+
+    def tell_stop(self) -> None:
         self._stopping = True
         with self._lock:
             for pipe in self.pipes:
@@ -116,6 +120,9 @@ class Followers:
                     pipe.send(Message("stop"))
                 except (BrokenPipeError, OSError):
                     pass
+
+    def wait_stopped(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for every follower's process to end, then kill what is left."""
         deadline = time.monotonic() + timeout_s
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
@@ -162,4 +169,4 @@ def start_leader(parallel: ParallelSettings, model: str, device: str, options: d
     except BaseException:
         followers.stop(5.0)
         raise
-    return ParallelRank(groups, followers=followers)
+    return ParallelRank(groups, followers=followers, split_decode=parallel.split_decode)

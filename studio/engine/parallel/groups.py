@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,8 @@ log = logging.getLogger(__name__)
 # NVLink multicast (NVLS) stays off in every process of the engine: it takes memory on each GPU and its
 # buffers are set up per communicator, for collectives larger than these ranks exchange.
 NCCL_ENVIRONMENT = {"NCCL_NVLS_ENABLE": "0"}
+# Longest a rank waits to leave its process groups when the engine stops.
+LEAVE_TIMEOUT_S = 15.0
 
 
 def set_collective_environment() -> None:
@@ -43,9 +46,27 @@ class RankGroups:
     guidance: Any
     backend: str
 
-    def leave(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    def leave(self, timeout_s: float = LEAVE_TIMEOUT_S) -> bool:
+        """Leave the process groups; False where that did not end within `timeout_s` (then the process goes
+        on regardless: it is stopping). NCCL's teardown may wait for the other ranks to tear down theirs, so
+        every rank leaves at about the same time (ParallelRank.close)."""
+        if not dist.is_initialized():
+            return True
+        done = threading.Event()
+
+        def destroy() -> None:
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # stopping anyway: say so, never raise from here
+                log.warning("rank %d left its process groups with an error: %s", self.layout.rank, exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=destroy, name="engine-leave-ranks", daemon=True).start()
+        if done.wait(timeout_s):
+            return True
+        log.warning("rank %d did not leave its process groups within %.0f s: going on", self.layout.rank, timeout_s)
+        return False
 
 
 def join(layout: RankLayout, port: int, device: str, timeout_s: float) -> RankGroups:

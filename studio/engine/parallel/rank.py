@@ -25,12 +25,19 @@ class ParallelRank:
     """One rank of an engine spread over several: the leader (rank 0) holds `followers`; a follower holds
     `leader`, its pipe from rank 0."""
 
-    def __init__(self, groups: RankGroups, followers: Followers | None = None, leader: Connection | None = None):
+    def __init__(
+        self,
+        groups: RankGroups,
+        followers: Followers | None = None,
+        leader: Connection | None = None,
+        split_decode: bool = True,
+    ):
         if (followers is None) == (leader is None):
             raise ValueError("a rank is the leader (with followers) or a follower (with its leader's pipe)")
         self.groups = groups
         self.followers = followers
         self.leader = leader
+        self.split_decode = split_decode
 
     @property
     def layout(self) -> RankLayout:
@@ -48,6 +55,12 @@ class ParallelRank:
     @property
     def runs_conditional(self) -> bool:
         return self.layout.cfg_rank == 0
+
+    @property
+    def splits_decode(self) -> bool:
+        """Whether every rank decodes a strip of each frame (else the leader decodes alone while the others go
+        on to the next batch)."""
+        return self.split_decode and self.layout.world_size > 1
 
     def sequence_group(self) -> SequenceGroup | None:
         if self.groups.sequence is None:
@@ -76,6 +89,28 @@ class ParallelRank:
             raise OutOfStep(f"a follower expected the next step, was told {message.kind!r}")
         return bool(message.payload)
 
+    def agree_groups(self, groups: list[list[int]]) -> list[list[int]]:
+        """Before a split decode: the leader's decode groups (rows of the batch, it alone sees cancellations)."""
+        if self.followers is not None:
+            self.followers.send(Message("decode", groups))
+            return groups
+        assert self.leader is not None
+        message = self.leader.recv()
+        if message.kind != "decode":
+            raise OutOfStep(f"a follower expected the decode groups, was told {message.kind!r}")
+        return [list(group) for group in message.payload]
+
+    def gather_strips(self, strip: torch.Tensor, axis: int, widths: list[int]) -> torch.Tensor:
+        """Every rank's strip of the frames (rank order, `widths[i]` wide along `axis`) joined into whole frames,
+        on every rank. Strips are padded to the widest for the exchange (a collective takes equal shapes)."""
+        widest = max(widths)
+        if strip.shape[axis] < widest:
+            pad = list(strip.shape)
+            pad[axis] = widest - strip.shape[axis]
+            strip = torch.cat([strip, strip.new_zeros(pad)], dim=axis)
+        every = gather_along_first(strip, None, self.layout.world_size)
+        return torch.cat([every[i].narrow(axis, 0, width) for i, width in enumerate(widths)], dim=axis)
+
     def fail(self, reason: str) -> None:
         """The ranks are out of step (a batch failed part-way on the leader): later calls fail at once. A
         follower's failure ends its process, which its leader sees."""
@@ -83,7 +118,11 @@ class ParallelRank:
             self.followers.fail(reason)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """The leader stops its followers; every rank leaves the process groups."""
-        if self.followers is not None:
-            self.followers.stop(timeout_s)
+        """The leader tells its followers to stop, leaves the process groups as they leave theirs (NCCL's
+        teardown waits for every rank's), then waits for their processes; a follower leaves when told."""
+        if self.followers is None:
+            self.groups.leave()
+            return
+        self.followers.tell_stop()
         self.groups.leave()
+        self.followers.wait_stopped(timeout_s)

@@ -17,6 +17,9 @@ class ParallelSettings:
     start_timeout_s: float = 900.0
     # Longest any one collective may wait for the other ranks (a first compile on one rank holds the others).
     collective_timeout_s: float = 1800.0
+    # Every rank decodes a strip of each frame (studio.engine.parallel.split_decode); off: the leader decodes
+    # alone while the other ranks go on to the next batch.
+    split_decode: bool = True
 
     def __post_init__(self) -> None:
         if self.cfg_parallel_size not in (1, 2):
@@ -42,4 +45,5 @@ class ParallelSettings:
             cfg_parallel_size=int(getattr(settings, "cfg_parallel_size", 1) or 1),
             ulysses_degree=int(getattr(settings, "ulysses_degree", 1) or 1),
             start_timeout_s=float(getattr(settings, "parallel_start_timeout_s", None) or cls.start_timeout_s),
+            split_decode=bool(getattr(settings, "split_vae_decode", True)),
         )
