@@ -16,6 +16,7 @@ rank, each rank always holding the same strip.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,10 +41,20 @@ class Strip:
     hi: int
 
 
+# Each decoder's halo, worked out once (a walk over its modules) rather than at every decode.
+_HALOS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
 def decoder_halo(decoder: Any) -> int:
     """Latent columns a strip needs on each side so that its own pixels equal the whole decode's: the reach of
     every spatial convolution after the middle block, each counted at the scale it runs at (upsampling halves
     the reach of what follows in latent units), rounded up, plus one for nearest upsampling at a strip's edge."""
+    if decoder not in _HALOS:
+        _HALOS[decoder] = _reach(decoder)
+    return _HALOS[decoder]
+
+
+def _reach(decoder: Any) -> int:
     scale, reach = 1.0, 0.0
     for module in chain(decoder.up_blocks.modules(), [decoder.conv_out]):
         if isinstance(module, torch.nn.Upsample):
