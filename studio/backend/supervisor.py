@@ -82,10 +82,24 @@ class ServerStatus:
         return self.ready_at - self.started_at if self.ready_at and self.started_at else None
 
 
+# Ports this process handed out lately: the kernel may offer a released port again at once, and two replicas
+# started side by side must not be given the same one.
+_HANDED_PORTS: deque[int] = deque(maxlen=64)
+# A port is free when picked but only bound when the server is up; in between, another server's own sockets
+# (vLLM's engine processes pick theirs at random) can take it. The server then exits with this in its log
+# (Python's OSError and uvicorn's message, compared in lower case).
+_PORT_TAKEN = "address already in use"
+_PORT_CLASH_RETRIES = 2
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_PORTS:
+            _HANDED_PORTS.append(port)
+            return port
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -228,7 +242,25 @@ class ManagedServer:
             self.wait_ready()
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Block until /health answers 200; raise ServerStartError with the log tail if it dies or times out."""
+        """Block until /health answers 200; raise ServerStartError with the log tail if it dies or times out.
+        A server that lost the port it was given before binding it starts again on another one (its URL
+        changes: callers read `base_url` after this returns)."""
+        for attempt in range(_PORT_CLASH_RETRIES + 1):
+            try:
+                self._wait_ready_once(timeout_s)
+                return
+            except ServerStartError:
+                if self.requested_port or attempt == _PORT_CLASH_RETRIES or not self._lost_its_port():
+                    raise
+            lost = self.port
+            self.stop(grace_s=5)  # what the failed start left in its process group
+            self.start(wait=False)
+            self._append(f"[studio] port {lost} was taken before the server could bind it: started on {self.port}")
+
+    def _lost_its_port(self) -> bool:
+        return any(_PORT_TAKEN in line.lower() for line in self.log_tail(60))
+
+    def _wait_ready_once(self, timeout_s: float | None) -> None:
         proc = self._proc
         if proc is None:
             raise RuntimeError("server not started")

@@ -59,6 +59,34 @@ def test_taken_port_is_reported(tmp_path):
             server.start()
 
 
+def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(tmp_path):
+    """Between the pick of a free port and the server's bind, something else can take the port (another
+    replica's vLLM engine sockets did): the server exits with EADDRINUSE, and the studio starts it again on a
+    fresh port instead of failing the fleet."""
+    settings = engine_settings()
+    squatter = socket.socket()
+    launched: list[int] = []
+
+    def launch(port: int):
+        if not launched:  # the first port is taken the moment after it was picked
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+        launched.append(port)
+        return embedded_launch(settings, port)
+
+    server = ManagedServer(launch, log_path=tmp_path / "log.txt")
+    try:
+        server.start()
+        assert server.state is ServerState.READY
+        assert len(launched) == 2 and server.port == launched[1] != launched[0]
+        assert httpx.get(server.base_url + "/health").status_code == 200
+        log = (tmp_path / "log.txt").read_text()
+        assert "address already in use" in log.lower() and f"port {launched[0]} was taken" in log
+    finally:
+        server.stop()
+        squatter.close()
+
+
 def test_crash_is_noticed_and_fails_in_flight_requests(tmp_path):
     settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05)
     controller = StudioController(settings)
