@@ -12,7 +12,6 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Protocol
 
 from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
@@ -30,8 +29,7 @@ from studio.backend.board import RequestBoard
 from studio.backend.client import load_sdk, server_root
 from studio.backend.engines import client_class_for
 from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
-from studio.backend.fleet import layout_label, managed_fleet, plan_fleet
-from studio.backend.launchers import LaunchError
+from studio.backend.fleet import LocalReplicas, ReplicaMaker
 from studio.backend.recovery import leftovers_to_follow
 from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
@@ -71,55 +69,6 @@ SHARING_FIELDS = (
     "visitor_max_videos_per_hour",
     "cancel_unsent_on_close",
 )
-
-
-class ReplicaMaker(Protocol):
-    """Makes a fleet's replicas one at a time, and ends those taken out (LocalReplicas, or ray_fleet.RayReplicas)."""
-
-    @property
-    def layout(self) -> str: ...
-
-    def new(self) -> ManagedServer: ...
-
-    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool: ...
-
-    def retire(self, server: ManagedServer) -> None: ...
-
-
-class LocalReplicas:
-    """The fleet on this machine's GPUs (or cores). Planned for the most replicas it may have (--replicas-max, else
-    --replicas), so that each replica, one added later too, has GPUs of its own (or its share of the cores)."""
-
-    def __init__(self, settings: StudioSettings, logs_dir: Path):
-        most = settings.replicas_max if settings.scales else settings.replicas
-        self._settings = settings.model_copy(update={"replicas": most})
-        try:
-            self._plan = plan_fleet(self._settings)
-        except LaunchError as exc:
-            if settings.scales:
-                raise LaunchError(f"--replicas-max {most}: {exc}") from exc
-            raise
-        label = layout_label(self._settings, self._plan)
-        self.layout = f"{settings.replicas_min}-{most} x {label.split(' x ', 1)[1]}" if settings.scales else label
-        self._logs_dir = logs_dir
-        self._indices: dict[ManagedServer, int] = {}
-        self._lock = threading.Lock()
-
-    def new(self) -> ManagedServer:
-        """The replica on the first GPU group (or share of the cores) no running replica holds."""
-        with self._lock:
-            index = min(set(range(len(self._plan))) - set(self._indices.values()))
-            (server,) = managed_fleet(self._settings, self._logs_dir, [self._plan[index]])
-            self._indices[server] = index
-        return server
-
-    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool:
-        return True  # its GPUs were planned for it
-
-    def retire(self, server: ManagedServer) -> None:
-        server.stop()
-        with self._lock:
-            self._indices.pop(server, None)
 
 
 class StudioController:

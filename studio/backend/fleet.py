@@ -3,15 +3,18 @@ its own share of the cores), started side by side and watched one by one.
 
 A replica's width is what one request spreads over: tensor parallel x cfg parallel x ulysses degree. The GPUs
 come from --gpus, or from every GPU NVML finds; a layout the GPUs cannot hold is refused before anything
-starts, with what it needs and what there is.
+starts, with what it needs and what there is. LocalReplicas hands the controller these replicas one at a
+time (as ray_fleet.RayReplicas does on a Ray cluster), so that a fleet can grow and shrink while it serves.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from studio.backend.launchers import LaunchError, launch_for, parse_gpus, world_size
 from studio.backend.supervisor import ManagedServer
@@ -151,3 +154,52 @@ def managed_fleet(settings: StudioSettings, logs_dir: Path, plan: list[Replica] 
             )
         )
     return servers
+
+
+class ReplicaMaker(Protocol):
+    """Makes a fleet's replicas one at a time, and ends those taken out (LocalReplicas, or ray_fleet.RayReplicas)."""
+
+    @property
+    def layout(self) -> str: ...
+
+    def new(self) -> ManagedServer: ...
+
+    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool: ...
+
+    def retire(self, server: ManagedServer) -> None: ...
+
+
+class LocalReplicas:
+    """The fleet on this machine's GPUs (or cores). Planned for the most replicas it may have (--replicas-max, else
+    --replicas), so that each replica, one added later too, has GPUs of its own (or its share of the cores)."""
+
+    def __init__(self, settings: StudioSettings, logs_dir: Path):
+        most = settings.replicas_max if settings.scales else settings.replicas
+        self._settings = settings.model_copy(update={"replicas": most})
+        try:
+            self._plan = plan_fleet(self._settings)
+        except LaunchError as exc:
+            if settings.scales:
+                raise LaunchError(f"--replicas-max {most}: {exc}") from exc
+            raise
+        label = layout_label(self._settings, self._plan)
+        self.layout = f"{settings.replicas_min}-{most} x {label.split(' x ', 1)[1]}" if settings.scales else label
+        self._logs_dir = logs_dir
+        self._indices: dict[ManagedServer, int] = {}
+        self._lock = threading.Lock()
+
+    def new(self) -> ManagedServer:
+        """The replica on the first GPU group (or share of the cores) no running replica holds."""
+        with self._lock:
+            index = min(set(range(len(self._plan))) - set(self._indices.values()))
+            (server,) = managed_fleet(self._settings, self._logs_dir, [self._plan[index]])
+            self._indices[server] = index
+        return server
+
+    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool:
+        return True  # its GPUs were planned for it
+
+    def retire(self, server: ManagedServer) -> None:
+        server.stop()
+        with self._lock:
+            self._indices.pop(server, None)

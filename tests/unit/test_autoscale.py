@@ -186,7 +186,7 @@ def test_the_log_is_bounded():
 
 
 def test_a_fleet_on_this_machine_is_planned_for_its_maximum_and_a_replica_out_frees_its_gpus(tmp_path):
-    from studio.backend.controller import LocalReplicas
+    from studio.backend.fleet import LocalReplicas
     from studio.backend.launchers import LaunchError
     from studio.config import StudioSettings
 
