@@ -24,7 +24,9 @@ and prints a table.
 With --layouts the model is saved to disk once (the text encoder as with --replicas) and each start is a
 fresh process (`--probe-layout`): it loads the model on its GPUs (followers on the next GPUs), warms each tier
 at batch 1 and reports when it was ready, counted from its launch; the warm start reuses the cold one's
-compile cache folder. Latencies are measured in the warm start, through the engine's JobManager.
+compile cache folder. Latencies are measured in the warm start, through the engine's JobManager; then the
+frames of one request (the same seed for every layout) are compared with one GPU's: mean and largest
+difference in uint8 levels, and PSNR.
 
 With --replicas the model is saved to disk once (with a 2-layer stand-in of the text encoder, which the
 engine's cache of prompt embeddings makes a small share of the work) and each replica is a real
@@ -613,12 +615,14 @@ def parse_layout(name: str) -> tuple[int, int, bool]:
 
 def run_layouts(args: argparse.Namespace) -> int:
     """Each layout's engine started cold, then warm from the cold start's compile cache; one request at a
-    time at each tier in the warm start. DIR/layouts.json."""
+    time at each tier in the warm start, and its frames against one GPU's for the same seed. DIR/layouts.json."""
     import subprocess
 
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "layouts": {}, "errors": []}
     out_file = args.out / "layouts.json"
     model_dir, report["save_s"] = saved_model(args)
+    # Each layout's frames of one request (the same seed everywhere), kept out of DIR: up to 90 MB a tier.
+    frames_root = Path(tempfile.mkdtemp(prefix="engine-layout-frames-"))
     gpus = torch.cuda.device_count() if args.device == "cuda" else None
     for name in [n for n in args.layouts.split(",") if n]:
         cfg, ulysses, _ = parse_layout(name)
@@ -626,13 +630,14 @@ def run_layouts(args: argparse.Namespace) -> int:
             report["errors"].append(f"{name}: {cfg * ulysses} GPUs needed, {gpus} seen")
             continue
         cache_root = Path(tempfile.mkdtemp(prefix=f"compile-cache-{name}-"))
+        frames_dir = frames_root / name
         entry: dict[str, Any] = {}
         report["layouts"][name] = entry
         for start in ("cold", "warm"):
             command = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
             command += ["--probe-layout", name, "--probe-model", str(model_dir), "--probe-cache", str(cache_root)]
             if start == "warm":
-                command.append("--probe-measure")
+                command += ["--probe-measure", "--probe-frames", str(frames_dir)]
             log_path = args.out / f"layout-{name}-{start}.log"
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
             launched = time.time()
@@ -659,11 +664,39 @@ def run_layouts(args: argparse.Namespace) -> int:
             out_file.write_text(json.dumps(report, indent=2))
             print(f"{name} {start}: ready in {result['start_to_ready_s']} s (cache warm: {result['cache_warm']})")
     report["summary"] = summarise_layouts(report["layouts"])
+    for name, row in report["summary"].items():
+        if name != "1":
+            row["frames_vs_one_gpu"] = compare_frames(frames_root / "1", frames_root / name)
     out_file.write_text(json.dumps(report, indent=2))
     print(json.dumps(report["summary"], indent=1))
     if report["errors"]:
         print("errors:", report["errors"])
     return 0
+
+
+def compare_frames(reference_dir: Path, other_dir: Path) -> dict[str, Any]:
+    """Per tier, how far a layout's frames are from one GPU's for the same request (uint8 levels, and PSNR
+    in dB): the parallel paths add and multiply in other orders, so bf16 rounding differs, nothing more."""
+    import numpy as np
+
+    compared: dict[str, Any] = {}
+    for path in sorted(other_dir.glob("*.npy")):
+        reference = reference_dir / path.name
+        if not reference.exists():
+            continue
+        expected, got = np.load(reference).astype(np.int16), np.load(path).astype(np.int16)
+        if expected.shape != got.shape:
+            compared[path.stem] = {"error": f"shape {got.shape} against {expected.shape}"}
+            continue
+        difference = np.abs(got - expected)
+        mse = float(np.mean(difference.astype(np.float64) ** 2))
+        compared[path.stem] = {
+            "mean_abs": round(float(difference.mean()), 3),
+            "max_abs": int(difference.max()),
+            "share_over_8": round(float((difference > 8).mean()), 5),
+            "psnr_db": round(10 * np.log10(255**2 / mse), 2) if mse else None,
+        }
+    return compared
 
 
 def summarise_layouts(layouts: dict[str, Any]) -> dict[str, Any]:
@@ -766,6 +799,15 @@ def start_probe(args: argparse.Namespace) -> int:
         if generator.gpu.graphs is not None:
             result["cuda_graph_replays"] = generator.gpu.graphs.replays
         manager.shutdown()
+        if args.probe_frames:
+            # The frames of the first request once more, straight from the generator, for the parent to
+            # compare across layouts (the mp4 would add the encoder's own differences).
+            import numpy as np
+
+            frames_dir = Path(args.probe_frames)
+            frames_dir.mkdir(parents=True, exist_ok=True)
+            for tier in tiers:
+                np.save(frames_dir / f"{tier}.npy", generator.generate(engine_params(args, tier, 999)).frames)
     print("PROBE_RESULT " + json.dumps(result, default=str), flush=True)
     # Out before the engine stops: the figures do not depend on it. How long stopping its ranks takes is a
     # figure of its own.
@@ -820,6 +862,7 @@ def main() -> int:
     parser.add_argument("--probe-model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--probe-cache", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--probe-measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--probe-frames", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.steps = min(args.steps, 2)
