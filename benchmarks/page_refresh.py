@@ -15,22 +15,17 @@ import argparse
 import itertools
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studio.backend.supervisor import free_port  # noqa: E402
+from tests.browser.conftest import CHROMIUM, start_studio, stop_studio  # noqa: E402
 
-CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -51,31 +46,6 @@ OBSERVE = """() => {
     if (last === undefined || now - last > 200) window.__updates.push(now);
   }).observe(table, {subtree: true, childList: true, characterData: true});
 }"""
-
-
-def start_studio(outputs: Path, accounts: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    flags = [flag for account in accounts for flag in ("--auth", account)]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "studio", "ui", "--port", str(port), "--out", str(outputs), *flags],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"},
-        cwd=ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the studio exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("the studio did not answer within 180 s")
 
 
 def open_page(browser, url: str, account: str):
@@ -122,11 +92,12 @@ def main(args: argparse.Namespace) -> None:
         raise SystemExit(f"Chromium not found at {CHROMIUM} (apt-get install chromium)")
     accounts = [f"visitor{i}:pass{i}" for i in range(1, args.visitors + 1)]
     with tempfile.TemporaryDirectory() as tmp:
-        process, url = start_studio(Path(tmp) / "outputs", accounts, Path(tmp) / "studio.log")
+        flags = [flag for account in accounts for flag in ("--auth", account)]
+        studio = start_studio(Path(tmp) / "outputs", Path(tmp) / "studio.log", *flags, timeout_s=180)
         try:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-                pages = [open_page(browser, url, account) for account in accounts]
+                pages = [open_page(browser, studio.url, account) for account in accounts]
                 print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
                 print("| phase | visitor | updates per s | median gap (s) | largest gap (s) |")
                 print("|---|---|---|---|---|")
@@ -150,8 +121,7 @@ def main(args: argparse.Namespace) -> None:
                     page.locator("#cancel-all").click()
                 browser.close()
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(60)
+            stop_studio(studio)
 
 
 if __name__ == "__main__":

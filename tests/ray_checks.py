@@ -29,7 +29,7 @@ def left_running(processes: Iterable[psutil.Process], timeout_s: float = GONE_TI
 
 @dataclass(frozen=True)
 class Seen:
-    """A process as it was when first seen (it may be gone by the end)."""
+    """A process as it was last seen (it may be gone by the end)."""
 
     process: psutil.Process
     name: str
@@ -63,11 +63,12 @@ class Descendants:
             except psutil.Error:  # the command has ended
                 return
             for child in children:
-                if child.pid not in self._seen:
-                    self._look(child)
+                self._look(child)
             self._stop.wait(self._interval_s)
 
     def _look(self, process: psutil.Process) -> None:
+        # Looked at again on every pass: a process caught between its fork and its exec still has its parent's
+        # name and command line (a busy machine widens that window), and shows its own only after the exec.
         # psutil.Process pins the start time: a pid taken again later is not mistaken for this one.
         try:
             parent = process.parent()

@@ -6,15 +6,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from studio.backend.supervisor import free_port
+from tests.waiting import wait_for_page
 
 CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -60,7 +59,7 @@ class RunningStudio:
     log: Path
 
 
-def start_studio(outputs: Path, log: Path, *extra: str) -> RunningStudio:
+def start_studio(outputs: Path, log: Path, *extra: str, timeout_s: float = 120.0) -> RunningStudio:
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     handle = log.open("ab")
@@ -72,18 +71,12 @@ def start_studio(outputs: Path, log: Path, *extra: str) -> RunningStudio:
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"studio exited with {process.returncode}: {log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return RunningStudio(url, outputs, process, log)
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"studio did not answer within 120 s: {log.read_text()[-3000:]}")
+    try:
+        wait_for_page(url, process, log, timeout_s)
+    except RuntimeError:
+        process.kill()  # a studio that never answered is not left running
+        raise
+    return RunningStudio(url, outputs, process, log)
 
 
 def stop_studio(studio: RunningStudio) -> None:

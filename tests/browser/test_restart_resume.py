@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import time
 
 import pytest
 from gradio_client import Client
 
 from tests.browser.conftest import start_studio, stop_studio
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -21,13 +21,14 @@ def rows(database) -> list[tuple]:
 
 
 def wait_rows(database, predicate, timeout_s: float) -> list[tuple]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        current = rows(database) if database.exists() else []
-        if current and predicate(current):
-            return current
-        time.sleep(0.2)
-    raise AssertionError(f"history never got there: {current}")
+    def current() -> list[tuple]:
+        return rows(database) if database.exists() else []
+
+    def arrived() -> list[tuple]:
+        found = current()
+        return found if found and predicate(found) else []
+
+    return wait_for(arrived, "the history to get there", timeout_s, detail=lambda: f"rows {current()}")
 
 
 def test_restart_follows_up_jobs_by_id(browser, engine, tmp_path):

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
 ACCOUNTS = {"alice": "alice-pass", "bob": "bob-pass", "olga": "olga-pass"}
 MARKER = "marker-of-alice-5b0f"
 TABS = ("Generate", "History")
+RUN_TIMEOUT_S = 240.0
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +42,6 @@ def states(studio, marker: str) -> list[str]:
     with sqlite3.connect(studio.outputs / "history.sqlite3") as db:
         query = "SELECT state FROM requests WHERE prompt LIKE ? ORDER BY created_at, position"
         return [state for (state,) in db.execute(query, (f"%{marker}%",))]
-
-
-def wait_for(condition, what: str, timeout_s: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def every_tab_text(page) -> str:
@@ -87,7 +81,7 @@ def test_visitors_see_only_their_own_work_and_the_operator_sees_all(browser, stu
     expect(olga.locator("#requests")).to_contain_text(MARKER, timeout=30_000)
     expect(olga.locator("#requests")).to_contain_text("a blue square of bob", timeout=30_000)
     olga.locator("#cancel-all").click()
-    wait_for(lambda: "cancelled" in states(studio, MARKER), "the operator's cancel of alice's requests")
+    wait_for(lambda: "cancelled" in states(studio, MARKER), "the operator's cancel of alice's requests", RUN_TIMEOUT_S)
     for page in (alice, bob, olga):
         page.context.close()
 
@@ -98,8 +92,14 @@ def test_closing_the_page_cancels_what_was_not_sent_and_lets_the_running_one_fin
     fill_form(alice, f"a green circle {marker}", frames=9, steps=40, copies=4, concurrency=1)
     alice.locator("#generate").click()
     alice.locator("#status").get_by_text("queued 4 requests").wait_for(timeout=60_000)
-    wait_for(lambda: set(states(studio, marker)) & {"queued", "running"}, "the first request at the engine")
+    wait_for(
+        lambda: set(states(studio, marker)) & {"queued", "running"}, "the first request at the engine", RUN_TIMEOUT_S
+    )
     alice.context.close()
-    wait_for(lambda: all(s in ("done", "cancelled", "failed") for s in states(studio, marker)), "the run to end")
+    wait_for(
+        lambda: all(s in ("done", "cancelled", "failed") for s in states(studio, marker)),
+        "the run to end",
+        RUN_TIMEOUT_S,
+    )
     ended = states(studio, marker)
     assert ended[0] == "done" and ended[1:] == ["cancelled"] * 3, ended

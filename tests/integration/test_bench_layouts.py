@@ -8,7 +8,6 @@ import csv
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ from studio.backend.controller import StudioController
 from studio.backend.fleet import cpu_cores
 from studio.ui import bench_view
 from tests.conftest import engine_settings
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -143,11 +143,12 @@ def test_each_variant_reaches_its_servers_and_one_that_does_not_start_is_reporte
 
 def serving(controller: StudioController, timeout_s: float = 120.0) -> bool:
     """Until the studio's servers, started in the background, serve (or failed to start)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and controller.start_error is None:
-        if controller.ready():
-            return True
-        time.sleep(0.1)
+    wait_for(
+        lambda: controller.ready() or controller.start_error is not None,
+        "the studio's servers to serve (or fail to start)",
+        timeout_s,
+        detail=controller.engine_summary,
+    )
     return controller.ready()
 
 

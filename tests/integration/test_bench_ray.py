@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import psutil
 import pytest
 
 from tests.ray_checks import Descendants, left_running
+from tests.waiting import wait_for
 
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install .[ray])")
 
@@ -145,9 +145,12 @@ def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tm
         assert list(last.summary["layout"]) == ["2x1"] and list(last.summary["completed"]) == [2]
         assert list(last.summary["nodes"]) == ["127.0.0.1, 127.0.0.1"]
         # The studio's fleet is back on the same Ray, a new actor with a new server.
-        deadline = time.monotonic() + 120
-        while not controller.ready() and controller.start_error is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(
+            lambda: controller.ready() or controller.start_error is not None,
+            "the studio's fleet to serve again (or fail to start)",
+            120,
+            detail=controller.engine_summary,
+        )
         assert controller.ready(), controller.engine_summary()
         assert controller.layout == "1 x embedded on Ray (local)" and ray_cluster.current() is not None
         assert controller.server.base_url != studio_url

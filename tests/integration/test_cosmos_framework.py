@@ -40,6 +40,7 @@ from studio.backend.store import OutputStore
 from studio.backend.supervisor import free_port
 from studio.media import probe_mp4
 from tests.browser.conftest import start_studio, stop_studio
+from tests.waiting import wait_for, wait_for_page
 
 pytestmark = pytest.mark.integration
 
@@ -92,21 +93,15 @@ class CosmosServer:
 def cosmos_server(tmp_path: Path, *flags: str, delay_s: float = 0.3) -> Iterator[CosmosServer]:
     port = free_port()
     output_dir = tmp_path / f"serve-{port}"
-    log = (tmp_path / f"serve-{port}.log").open("ab")
+    log_path = tmp_path / f"serve-{port}.log"
+    log = log_path.open("ab")
     argv = [sys.executable, "-m", "tests.fakes.cosmos_framework_server", "--port", str(port)]
     record = tmp_path / f"serve-{port}.bodies"
     argv += ["--delay", str(delay_s), "--output-dir", str(output_dir), "--record", str(record), *flags]
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = CosmosServer(f"http://127.0.0.1:{port}", process, output_dir, record)
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the server has no health route: it is up once /models answers
-            assert process.poll() is None, (tmp_path / f"serve-{port}.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the Cosmos Framework double did not start within 60 s"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(server.url + "/models", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
+        wait_for_page(server.url + "/models", process, log_path, 60)  # no health route: up once /models answers
         yield server
     finally:
         server.kill()
@@ -316,14 +311,17 @@ def request_rows(outputs: Path) -> list[tuple[str, str, str | None, str | None]]
         return list(db.execute("SELECT prompt, state, job_id, error FROM requests ORDER BY created_at"))
 
 
-def wait_for(outputs: Path, check, what: str, timeout_s: float = 60.0) -> list:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        rows = request_rows(outputs) if (outputs / "history.sqlite3").exists() else []
-        if check(rows):
-            return rows
-        time.sleep(0.1)
-    raise AssertionError(f"{what} within {timeout_s:.0f} s; rows: {rows}")
+def wait_for_rows(outputs: Path, check, what: str, timeout_s: float = 60.0) -> list:
+    """The history's rows once `check` holds for them."""
+
+    def current() -> list:
+        return request_rows(outputs) if (outputs / "history.sqlite3").exists() else []
+
+    def checked() -> list:
+        rows = current()
+        return rows if check(rows) else []
+
+    return wait_for(checked, what, timeout_s, detail=lambda: f"rows {current()}")
 
 
 def generate(client: Client, prompt: str, **values: object) -> str:
@@ -360,7 +358,7 @@ def test_the_page_generates_shows_blocks_and_cancels_on_the_server(tmp_path):
 
             # The first frame from a URL: in the server's body as the contract says, fetched by the server.
             assert generate(client, "a red circle", image_url=host.url).startswith("queued 1 request")
-            rows = wait_for(outputs, lambda rows: rows and rows[0][1] in ("done", "failed"), "the request ended")
+            rows = wait_for_rows(outputs, lambda rows: rows and rows[0][1] in ("done", "failed"), "the request to end")
             assert rows[0][1] == "done", rows
             assert len(list((outputs / "videos").glob("*/*.mp4"))) == 1
             (body,) = server.bodies()
@@ -368,19 +366,17 @@ def test_the_page_generates_shows_blocks_and_cancels_on_the_server(tmp_path):
             assert json.loads(request_parameters(outputs, "a red circle")["image_reference"]) == {"image_url": host.url}
 
             assert generate(client, BLOCKED).startswith("queued 1 request")
-            rows = wait_for(outputs, lambda rows: len(rows) == 2 and rows[1][1] == "failed", "the block failed")
+            rows = wait_for_rows(outputs, lambda rows: len(rows) == 2 and rows[1][1] == "failed", "the block to fail")
             assert "Guardrail blocked text2video generation" in rows[1][3] and "(HTTP 500)" in rows[1][3]
 
             # Cancel while the server makes it: the studio stops waiting; the server finishes anyway.
             made_before = len(server.videos())
             assert generate(client, "a slow blue square").startswith("queued 1 request")
-            wait_for(outputs, lambda rows: len(rows) == 3 and rows[2][2], "the request reached the server")
+            wait_for_rows(outputs, lambda rows: len(rows) == 3 and rows[2][2], "the request to reach the server")
             request_id = wait_for_request_id(outputs, "a slow blue square")
             status = client.predict(request_id=request_id, api_name="/cancel")
             assert "cancelled 1 request" in status, status
-            deadline = time.monotonic() + 30
-            while len(server.videos()) == made_before and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_for(lambda: len(server.videos()) > made_before, "the server to make the cancelled video", 30)
             assert len(server.videos()) == made_before + 1  # made at the server all the same
             rows = request_rows(outputs)
             assert rows[2][1] == "cancelled", rows

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import httpx
@@ -12,8 +11,16 @@ import pytest
 from gradio_client import Client
 
 from tests.browser.conftest import start_studio, stop_studio
+from tests.waiting import log_tail, wait_for
 
 pytestmark = pytest.mark.integration
+
+
+def ended_states(database: Path) -> list[str]:
+    """The requests' states once each has ended; [] before."""
+    with sqlite3.connect(database) as db:
+        states = [row[0] for row in db.execute("SELECT state FROM requests ORDER BY position")]
+    return states if states and all(state in ("done", "failed", "cancelled") for state in states) else []
 
 
 def test_generate_through_the_api(tmp_path):
@@ -38,15 +45,7 @@ def test_generate_through_the_api(tmp_path):
         )
         assert status.startswith("queued 2 requests")
         database = tmp_path / "outputs" / "history.sqlite3"
-        deadline = time.monotonic() + 240
-        states: list[str] = []
-        while time.monotonic() < deadline:
-            with sqlite3.connect(database) as db:
-                states = [row[0] for row in db.execute("SELECT state FROM requests ORDER BY position")]
-            if states and all(state in ("done", "failed", "cancelled") for state in states):
-                break
-            time.sleep(0.2)
-        assert states == ["done", "done"]
+        assert wait_for(lambda: ended_states(database), "both requests to end", 240) == ["done", "done"]
         assert len(list((tmp_path / "outputs" / "videos").glob("*/*.mp4"))) == 2
     finally:
         stop_studio(studio)
@@ -71,12 +70,12 @@ def test_the_api_key_reaches_the_engine_but_never_the_page_logs_or_files(tmp_pat
             api_name="/generate",
         )
         assert status.startswith("queued 1 request")
-        sidecars: list = []
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not sidecars:
-            sidecars = list((tmp_path / "outputs" / "videos").glob("*/*.json"))
-            time.sleep(0.2)
-        assert sidecars, (tmp_path / "studio.log").read_text()[-2000:]
+        sidecars = wait_for(
+            lambda: list((tmp_path / "outputs" / "videos").glob("*/*.json")),
+            "the video's sidecar",
+            240,
+            detail=lambda: log_tail(tmp_path / "studio.log", 2000),
+        )
         endpoint = json.loads(sidecars[0].read_text())["endpoint"]
         # The key is in force at the engine: without it, the API refuses.
         assert httpx.get(f"{endpoint}/v1/models", timeout=10).status_code == 401

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from studio.backend.supervisor import free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -81,19 +82,16 @@ def test_sigterm_stops_the_managed_engine_too(tmp_path):
 
     studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
     engine_log = tmp_path / "outputs" / "logs" / "embedded-server.log"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and "Application startup complete" not in (
-        engine_log.read_text() if engine_log.exists() else ""
-    ):
-        time.sleep(0.2)
+    wait_for(
+        lambda: engine_log.exists() and "Application startup complete" in engine_log.read_text(),
+        "the studio's engine to start",
+        120,
+    )
     port = int(re.search(r"--port (\d+)", engine_log.read_text()).group(1))
     assert not port_is_free(port)
     studio.process.send_signal(signal.SIGTERM)
     assert studio.process.wait(60) == 128 + signal.SIGTERM
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not port_is_free(port):
-        time.sleep(0.2)
-    assert port_is_free(port), "the engine outlived the studio"
+    wait_for(lambda: port_is_free(port), "the engine's port to be free: the engine outlived the studio", 30)
 
 
 def test_a_taken_port_is_named_before_any_url(tmp_path):

@@ -21,6 +21,7 @@ from studio.backend.server_metrics import ServerMetrics, scrape
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ManagedServer, ServerState
 from tests.conftest import engine_settings
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -40,13 +41,6 @@ def named(process: psutil.Process) -> str:
         return f"{process.pid} {' '.join(process.cmdline())[:160]}"
     except psutil.Error:
         return f"{process.pid} (gone)"
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
-        time.sleep(0.05)
 
 
 def scaling_controller(outputs: Path, **values: object) -> StudioController:
@@ -117,7 +111,7 @@ def check_scaled_out(fleet: StudioController, views: list[RequestView], second: 
 def check_back_to_one(fleet: StudioController, first: ManagedServer, gone: list[int]) -> None:
     """Idle: the newest replica goes, and the processes in `gone` with it; the first one stays and serves."""
     assert fleet.scaling is not None
-    wait_for(lambda: fleet.scaling.events[-1].action == "removed", 60, "back to one replica")
+    wait_for(lambda: fleet.scaling.events[-1].action == "removed", "the fleet to be back to one replica", 60)
     events = list(fleet.scaling.events)[2:]
     assert [(event.action, event.replica) for event in events] == [("remove", "replica 1"), ("removed", "replica 1")]
     assert "a replica idle for" in events[0].reason

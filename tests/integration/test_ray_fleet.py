@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -18,6 +17,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ServerState
 from tests.conftest import engine_settings
+from tests.waiting import wait_for
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install .[ray])")
 
@@ -106,9 +106,7 @@ def test_a_killed_replica_fails_only_what_it_ran_and_comes_back(fleet):
     assert [view for view in views if view.state is not RequestState.DONE] == [killed]
     assert len({view.id for view in views}) == 4
     # The replica's actor started its server again, on its port: the same URL answers with a new process.
-    deadline = time.monotonic() + 60
-    while victim.state is not ServerState.READY and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: victim.state is ServerState.READY, "the killed replica's server to be ready again", 60)
     assert victim.state is ServerState.READY and victim.base_url == old_url and victim.pid != old_pid
     assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
 
@@ -131,9 +129,9 @@ def test_a_replica_whose_actor_dies_is_restarted_by_ray(fleet):
     old_url, old_pid = victim.base_url, victim.pid
     actor_pid = victim.status_report()["node_pid"]
     os.kill(actor_pid, signal.SIGKILL)  # the actor's worker process: as when its node goes
-    deadline = time.monotonic() + 90
-    while not (victim.state is ServerState.READY and victim.pid != old_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(
+        lambda: victim.state is ServerState.READY and victim.pid != old_pid, "a new actor's server to be ready", 90
+    )
     assert victim.state is ServerState.READY and victim.pid != old_pid
     assert victim.status_report()["node_pid"] != actor_pid  # a new actor process
     # The server the dead actor left was ended, and the new one took its port: the studio's URL still holds.
@@ -150,10 +148,8 @@ def test_with_auto_restart_on_the_studio_restarts_it_through_ray(fleet):
         old_url, old_pid = victim.base_url, victim.pid
         os.kill(old_pid, signal.SIGKILL)
         endpoint = fleet.pool.find(old_url)
-        deadline = time.monotonic() + 60
         # The controller's restart tells the router when the replica is back: no health probe needed.
-        while not (endpoint.healthy and victim.pid != old_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: endpoint.healthy and victim.pid != old_pid, "the restarted replica to be healthy", 60)
         assert endpoint.healthy and victim.state is ServerState.READY and victim.base_url == old_url
         assert "restarted automatically" in (fleet.auto_restart_note or "")
     finally:

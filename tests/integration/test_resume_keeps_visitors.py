@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
-import time
 
 import pytest
 from gradio_client import Client
@@ -17,6 +16,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.visitors import Visitor
 from studio.config import StudioSettings
 from tests.browser.conftest import start_studio, stop_studio
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,10 +51,11 @@ def test_a_followed_up_request_stays_its_visitors(engine, tmp_path):
             api_name="/generate",
         )
         assert status.startswith("queued 1 request")
-        deadline = time.monotonic() + 120
-        while not (database.exists() and history(database) and history(database)[0][1]):
-            assert time.monotonic() < deadline, "alice's request never reached the engine"
-            time.sleep(0.2)
+        wait_for(
+            lambda: database.exists() and history(database) and history(database)[0][1],
+            "alice's request to reach the engine",
+            120,
+        )
         studio.process.send_signal(signal.SIGTERM)  # the studio goes; the job stays at the engine
         studio.process.wait(60)
     finally:

@@ -20,12 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 from gradio_client import Client
 
 from studio.backend.supervisor import free_port
+from tests.waiting import log_tail, wait_for, wait_for_page
 
 pytestmark = pytest.mark.integration
 
@@ -67,32 +67,13 @@ def folder_size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) / 2**20
 
 
-def wait_for_page(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"studio/app.py exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"the page did not answer within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-
-
 def settled_states(database: Path) -> list[str]:
     """The requests' states once none is still on its way; [] before."""
-    deadline = time.monotonic() + VIDEO_TIMEOUT_S
-    states: list[str] = []
-    while time.monotonic() < deadline:
-        if database.exists():
-            with sqlite3.connect(database) as db:
-                states = [row[0] for row in db.execute("SELECT state FROM requests ORDER BY position")]
-            if states and all(state in ("done", "failed", "cancelled", "lost") for state in states):
-                return states
-        time.sleep(0.2)
-    return states
+    if not database.exists():
+        return []
+    with sqlite3.connect(database) as db:
+        states = [row[0] for row in db.execute("SELECT state FROM requests ORDER BY position")]
+    return states if states and all(state in ("done", "failed", "cancelled", "lost") for state in states) else []
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -166,7 +147,7 @@ def test_a_space_built_from_requirements_serves_and_keeps_history_in_its_storage
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for_page(url, process, log)
+        wait_for_page(url, process, log, START_TIMEOUT_S)
         answered_s = time.monotonic() - started
         said = log.read_text()
         storage = data / "omni-studio"
@@ -185,7 +166,13 @@ def test_a_space_built_from_requirements_serves_and_keeps_history_in_its_storage
             api_name="/generate",
         )
         assert status.startswith("queued 1 request"), status
-        assert settled_states(storage / "history.sqlite3") == ["done"], log.read_text()[-3000:]
+        settled = wait_for(
+            lambda: settled_states(storage / "history.sqlite3"),
+            "the request to end",
+            VIDEO_TIMEOUT_S,
+            detail=lambda: log_tail(log),
+        )
+        assert settled == ["done"], log_tail(log)
         videos = list((storage / "videos").glob("*/*.mp4"))
         assert len(videos) == 1
         sidecar = json.loads(videos[0].with_suffix(".json").read_text())

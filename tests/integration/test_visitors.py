@@ -5,7 +5,6 @@ answers its owner and operators only. A real studio on its embedded engine, with
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +14,12 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 ACCOUNTS = {"alice": "alice-pass", "bob": "bob-pass", "olga": "olga-pass"}
+RUN_TIMEOUT_S = 240.0
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
 
 
@@ -38,13 +39,6 @@ def client(studio: RunningStudio, user: str) -> Client:
 def rows(studio: RunningStudio, query: str, *args) -> list[tuple]:
     with sqlite3.connect(studio.outputs / "history.sqlite3") as db:
         return db.execute(query, args).fetchall()
-
-
-def wait_for(condition, timeout_s: float = 240.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def run_of(studio: RunningStudio, marker: str) -> str:
@@ -69,7 +63,7 @@ def test_each_visitor_sees_and_cancels_only_their_own_work(studio):
     )
     assert status.startswith("queued 4 requests")
     run_id = run_of(studio, marker)
-    wait_for(lambda: set(states(studio, run_id)) - {"waiting"}, what="alice's first request at the engine")
+    wait_for(lambda: set(states(studio, run_id)) - {"waiting"}, "alice's first request at the engine", RUN_TIMEOUT_S)
 
     assert marker not in history_text(bob) and run_id not in history_text(bob, show="everyone")
     assert bob.predict(api_name="/cancel_all") == "nothing in flight to cancel"
@@ -82,7 +76,7 @@ def test_each_visitor_sees_and_cancels_only_their_own_work(studio):
     assert marker not in history_text(olga) and marker in history_text(olga, show="everyone")
     outcome = olga.predict(show="everyone", api_name="/cancel_all")
     assert outcome.startswith("cancelled")
-    wait_for(lambda: all(s in ("cancelled", "done") for s in states(studio, run_id)), what="the cancel")
+    wait_for(lambda: all(s in ("cancelled", "done") for s in states(studio, run_id)), "the cancel", RUN_TIMEOUT_S)
     assert "cancelled" in states(studio, run_id)
     assert marker in history_text(alice)
 
@@ -106,7 +100,7 @@ def test_the_operators_endpoints_refuse_a_visitor_and_change_nothing(studio, end
     marker = f"after-refusal-{endpoint.strip('/')}"
     assert bob.predict(prompts=marker, copies=1, concurrency=1, **QUICK, api_name="/generate").startswith("queued")
     run_id = run_of(studio, marker)
-    wait_for(lambda: states(studio, run_id) == ["done"], what="the request after the refusal")
+    wait_for(lambda: states(studio, run_id) == ["done"], "the request after the refusal", RUN_TIMEOUT_S)
     assert client(studio, "olga").predict(api_name="/start_server").startswith("already running")
     assert "only an operator" not in studio.log.read_text()  # a refusal is the caller's answer, not a log error
 
@@ -116,7 +110,7 @@ def test_a_video_url_answers_its_owner_and_operators_only(studio):
     marker = "alice-video-2c9e"
     alice.predict(prompts=marker, copies=1, concurrency=1, **QUICK, api_name="/generate")
     run_id = run_of(studio, marker)
-    wait_for(lambda: states(studio, run_id) == ["done"], what="alice's video")
+    wait_for(lambda: states(studio, run_id) == ["done"], "alice's video", RUN_TIMEOUT_S)
     (video,) = rows(studio, "SELECT video_path FROM requests WHERE run_id = ?", run_id)[0]
     video = Path(video).resolve()
     for user_client in (alice, bob, olga):  # each browser is known to the studio once it has used the page
@@ -172,7 +166,7 @@ def test_guests_are_each_their_own_visitor_and_never_operators(tmp_path):
         marker = "guest-one-91ab"
         assert one.predict(prompts=marker, copies=1, concurrency=1, **QUICK, api_name="/generate").startswith("queued")
         run_id = run_of(guests, marker)
-        wait_for(lambda: states(guests, run_id) == ["done"], what="the guest's video")
+        wait_for(lambda: states(guests, run_id) == ["done"], "the guest's video", RUN_TIMEOUT_S)
         assert marker in history_text(one) and marker not in history_text(two, show="everyone")
         with pytest.raises(AppError, match="only an operator"):
             two.predict(api_name="/stop_server")

@@ -1,0 +1,53 @@
+"""Polling in tests: until a condition holds, or a bound passes with a message that names what was awaited."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+def wait_for(
+    condition: Callable[[], T],
+    what: str,
+    timeout_s: float,
+    poll_s: float = 0.2,
+    detail: Callable[[], str] | None = None,
+) -> T:
+    """The first truthy value of `condition()`, asked every `poll_s` for up to `timeout_s`; past that, an
+    AssertionError naming `what`, with `detail()` (a log's tail, the rows seen last) when given."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() >= deadline:
+            message = f"timed out after {timeout_s:g} s waiting for {what}"
+            raise AssertionError(f"{message}: {detail()}" if detail is not None else message)
+        time.sleep(poll_s)
+    return value
+
+
+def log_tail(log: Path, chars: int = 3000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else f"(no {log})"
+
+
+def wait_for_page(url: str, process: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    """Until GET `url` answers 200. A RuntimeError with the log's tail if `process` (the server, writing to `log`)
+    exits first or the page does not answer within `timeout_s`; the process is the caller's to stop."""
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with {process.returncode}:\n{log_tail(log)}")
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(answers, f"{url} to answer", timeout_s)
+    except AssertionError as late:
+        raise RuntimeError(f"{late}:\n{log_tail(log)}") from None
