@@ -633,10 +633,10 @@ def run_layouts(args: argparse.Namespace) -> int:
         frames_dir = frames_root / name
         entry: dict[str, Any] = {}
         report["layouts"][name] = entry
-        for start in ("cold", "warm"):
+        for start in ("cold",) if args.one_start else ("cold", "warm"):
             command = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
             command += ["--probe-layout", name, "--probe-model", str(model_dir), "--probe-cache", str(cache_root)]
-            if start == "warm":
+            if start == "warm" or args.one_start:
                 command += ["--probe-measure", "--probe-frames", str(frames_dir)]
             log_path = args.out / f"layout-{name}-{start}.log"
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "NCCL_NVLS_ENABLE": "0"}
@@ -701,15 +701,17 @@ def compare_frames(reference_dir: Path, other_dir: Path) -> dict[str, Any]:
 
 def summarise_layouts(layouts: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
-    one = ((layouts.get("1") or {}).get("warm") or {}).get("latency_s") or {}
+    one_gpu = layouts.get("1") or {}
+    one = (one_gpu.get("warm") or one_gpu.get("cold") or {}).get("latency_s") or {}
     for name, entry in layouts.items():
-        cold, warm = entry.get("cold") or {}, entry.get("warm") or {}
+        cold = entry.get("cold") or {}
+        warm = entry.get("warm") or (cold if "latency_s" in cold else {})  # --one-start: measured cold
         row: dict[str, Any] = {
             "start_to_ready_cold_s": cold.get("start_to_ready_s"),
-            "start_to_ready_warm_s": warm.get("start_to_ready_s"),
+            "start_to_ready_warm_s": (entry.get("warm") or {}).get("start_to_ready_s"),
             "latency_s": warm.get("latency_s"),
             "stages": warm.get("stages"),
-            "close_s": [cold.get("close_s"), warm.get("close_s")],
+            "close_s": [cold.get("close_s"), (entry.get("warm") or {}).get("close_s")],
         }
         if one and name != "1":
             row["latency_vs_one_gpu"] = {
@@ -855,6 +857,11 @@ def main() -> int:
         default="",
         help="one request on several GPUs: 1, cfg2, ulysses2, cfg2xulysses2, each with -decode0 for rank 0 "
         "decoding alone (comma-separated)",
+    )
+    parser.add_argument(
+        "--one-start",
+        action="store_true",
+        help="with --layouts: one start per layout, measured (no warm restart from its compile cache)",
     )
     parser.add_argument("--probe-timeout", type=float, default=900.0, help="seconds one layout's start may take")
     # One layout's engine start, as --layouts runs it in a process of its own.
