@@ -194,6 +194,11 @@ class VideoGenerator:
         try:
             rank, self.rank = self.rank, None
             if rank is not None:
+                # CUDA graphs that captured the ranks' collectives (Ulysses' all-to-all runs inside the
+                # transformer) hold on to their communicators: they go first, so leaving the groups need not
+                # wait on them.
+                if self.gpu.graphs is not None:
+                    self.gpu.graphs.disable()
                 rank.close()
         finally:
             if locked:
