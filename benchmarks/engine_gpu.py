@@ -484,7 +484,7 @@ def run_replicas(args: argparse.Namespace) -> int:
     import asyncio
     import subprocess
 
-    import httpx
+    from engine_restart import wait_ready
 
     from studio.backend.client import VideoClient
     from studio.backend.router import Endpoint, EndpointPool
@@ -508,17 +508,7 @@ def run_replicas(args: argparse.Namespace) -> int:
     urls = [f"http://127.0.0.1:{8100 + i}" for i in range(count)]
     deadline = time.monotonic() + 300
     for url, server in zip(urls, servers, strict=True):
-        while True:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replica {url} not ready within 300 s")
-            if server.poll() is not None:
-                raise RuntimeError(f"replica {url} exited with {server.returncode}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        wait_ready(url, server, deadline - time.monotonic())
     report["start_to_ready_s"] = round(time.perf_counter() - started, 1)
     model_name = model_dir.name
 

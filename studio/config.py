@@ -427,6 +427,11 @@ class EngineSettings(BaseSettings):
         description="WxHxF sizes run once before serving, comma-separated, so no request waits for a compile "
         f"('' for none; default on a GPU: {DEFAULT_GPU_WARMUP}; none on CPU)",
     )
+    warmup_in_background: bool = Field(
+        default=True,
+        description="serve once every warm-up size is warm at batch 1; the larger batch sizes warm while nothing "
+        "is queued, and batches grow as they do (off: all of it before serving)",
+    )
     encode_workers: int | None = Field(
         default=None, ge=0, le=16, description="threads encoding mp4s beside the next batch (default: 8 on a GPU)"
     )

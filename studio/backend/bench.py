@@ -40,6 +40,7 @@ from studio.backend.bench_fleets import (
 from studio.backend.client import server_root
 from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
 from studio.backend.cosmos_framework_client import LATENCY_ONLY
+from studio.backend.engine_warmup import wait_until_warm
 from studio.backend.engines import URL_ENGINES, client_class_for
 from studio.backend.launchers import LaunchError
 from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
@@ -157,7 +158,9 @@ async def warm_fleet(
     pool: EndpointPool, store: OutputStore, config: BenchConfig, settings: StudioSettings, replicas: int
 ) -> None:
     """Every replica answers `warmup` requests of each tier before any cell: the router gives each of K requests
-    sent at once to a different replica (the least busy), so none meets its first request in a measured cell."""
+    sent at once to a different replica (the least busy), so none meets its first request in a measured cell.
+    First each server's own warm-up (the embedded engine's larger batch sizes) ends: a cell must not meet it."""
+    await wait_until_warm([endpoint.url for endpoint in pool.endpoints], settings.init_timeout_s)
     if not config.warmup:
         return
     count = config.warmup * replicas
@@ -388,6 +391,7 @@ async def bench_pool(
     out.mkdir(parents=True, exist_ok=True)
     # The model the servers serve, as they name it (a remote server's is not the settings' default).
     served = await asyncio.to_thread(pool.served_models)
+    await wait_until_warm([endpoint.url for endpoint in pool.endpoints], settings.init_timeout_s)
     started = time.time()
     cells = await _run_cells(pool, store, settings, config, on_progress)
     report = {

@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from studio.engine.generation import GenerationParams
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
+from studio.engine.warmup import Warmup
 from studio.protocol import ErrorResponse, JobDeleted, JobList, JobStatus, VideoRequest
 
 
@@ -61,6 +62,7 @@ class EngineState:
     default_guidance: float
     sync_timeout_s: float
     healthy: bool = True
+    warmup: Warmup | None = None  # a warm-up that may still run while serving (its state is in /health)
 
 
 @dataclass
@@ -257,7 +259,10 @@ def create_app(state: EngineState) -> FastAPI:
     async def health() -> JSONResponse:
         if not state.healthy:
             return JSONResponse({"status": "unhealthy"}, status_code=503)
-        return JSONResponse({"status": "healthy"})
+        body: dict[str, Any] = {"status": "healthy"}
+        if state.warmup is not None:
+            body["warmup"] = state.warmup.status()
+        return JSONResponse(body)
 
     @app.get("/v1/models")
     async def models() -> JSONResponse:

@@ -14,6 +14,10 @@ class GenerationCancelled(Exception):
     """Raised from the step callback: unwinds the denoising loop at once, skipping the VAE decode."""
 
 
+class DecodeSkipped(Exception):
+    """The answer for a warm-up item whose decode was not asked for (its decode shape was warmed before)."""
+
+
 class ModelLoadError(RuntimeError):
     pass
 
@@ -52,6 +56,8 @@ class BatchItem:
     # Given the video's uint8 frames (t, H, W, 3) at the requested size, a few at a time as the VAE decodes them
     # (the engine's own loop only), so that encoding can run beside the decode. The result still has them all.
     on_frames: Callable[[np.ndarray], None] | None = None
+    # False: its latents are not decoded (answered DecodeSkipped), where every item of its decode call says so.
+    decode: bool = True
 
     def stopped(self) -> bool:
         return self.should_stop is not None and self.should_stop()

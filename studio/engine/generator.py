@@ -283,9 +283,10 @@ class VideoGenerator:
 
     def warmup(self, sizes: Sequence[tuple[int, int, int]], max_batch: int = 1) -> dict[str, float]:
         """Run each size (width, height, frames) once at each batch size the transformer and the VAE will see
-        (the batch buckets up to max_batch), so that no request waits for a compile. Returns the seconds each
-        run took."""
-        return self.on_device_thread(warmup.warm_up, self, sizes, max_batch)
+        (the batch buckets up to max_batch), so that no request waits for a compile; all of it before
+        returning (a server warms its larger batch sizes while it serves: studio.engine.warmup). Returns the
+        seconds each run took."""
+        return warmup.Warmup(self, sizes, max_batch).run_all()
 
     def fall_back_to_eager(self) -> None:
         """The transformer as diffusers wrote it (no compile, kernels, attention backend or CUDA graphs), on

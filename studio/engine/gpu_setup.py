@@ -10,6 +10,7 @@ import torch
 
 from studio.engine import kernels
 from studio.engine.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
+from studio.engine.compile_fixes import keep_cached_kernel_tuning
 from studio.engine.graphs import Forward, GraphedForward
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class GpuSetup:
             # Each fused kernel's block sizes are timed when it compiles: a longer warm-up, slightly faster kernels.
             # Set globally: torch.compile's own `options` cannot be given together with a `mode`.
             torch._inductor.config.coordinate_descent_tuning = True
+            keep_cached_kernel_tuning()  # a warm restart reads the block sizes back instead of timing them again
         # One graph per (size, bucket). torch has no public setting for these limits.
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, name):

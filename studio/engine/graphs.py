@@ -96,12 +96,12 @@ class GraphedForward:
 
     def _capture(self, key: ShapeKey, example: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
         inputs = tuple(t.clone() for t in example)
-        # Kernels are chosen and compiled on a side stream first, as capture requires.
+        # One forward on a side stream first, as capture requires (the warm-up already ran this shape, so its
+        # kernels are chosen and compiled: what is left is the side stream's own first use).
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                expected = self._forward(*inputs)
+            expected = self._forward(*inputs)
         torch.cuda.current_stream().wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()  # graphs never run at once: they share one memory pool

@@ -7,6 +7,8 @@ partners (a tenth of that when no other job is running or finishing: then only a
 together is worth waiting for). Each job of a batch keeps its own seed, prompt, progress, cancel and result. A job is `queued`
 until the worker really starts it, and its `progress` follows the denoising steps (decode and encode take
 the last few percent). With `encode_workers`, mp4 encoding runs beside the next batch instead of before it.
+With a `warmup` still under way, the worker runs its next run whenever no job is queued, and a batch is no
+larger than the largest batch size of its shape warmed so far.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from studio.engine.encoding import StreamedEncode
 from studio.engine.generation import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.metrics import EngineMetrics
+from studio.engine.warmup import Warmup
 from studio.media import VideoInfo, encode_mp4
 from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus
 
@@ -99,6 +102,10 @@ class Job:
         )
 
 
+# What the worker is handed, instead of jobs, when it should make the warm-up's next run.
+WARM_UP: Any = object()
+
+
 def new_job_id(prefix: str = "video_gen") -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
@@ -116,8 +123,10 @@ class JobManager:
         max_batch: int = 1,
         batch_wait_ms: float = 0.0,
         encode_workers: int = 0,
+        warmup: Warmup | None = None,
     ):
         self.generator = generator
+        self.warmup = warmup  # its runs left are made while no job is queued
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.model_name = model_name
@@ -270,6 +279,10 @@ class JobManager:
             batch = self._next_batch()
             if batch is None:
                 return
+            if batch is WARM_UP:
+                assert self.warmup is not None
+                self.warmup.run_next()
+                continue
             with self._lock:
                 batch = [job for job in batch if job.status is JobStatus.QUEUED and not job.cancel_requested.is_set()]
                 started = time.time()
@@ -281,8 +294,9 @@ class JobManager:
             self._update_gauges()
             self._run_batch(batch)
 
-    def _next_batch(self) -> list[Job] | None:
-        """The oldest live job and its partners; waits for a first job, and for partners up to the deadline."""
+    def _next_batch(self) -> Any:
+        """The oldest live job and its partners; waits for a first job, and for partners up to the deadline.
+        WARM_UP where nothing is queued and the warm-up has runs left; None once stopping."""
         with self._queue_changed:
             while True:
                 while self._pending and (self._pending[0].cancel_requested.is_set() or self._pending[0].done.is_set()):
@@ -290,10 +304,15 @@ class JobManager:
                 if self._stopping:
                     return None
                 if not self._pending:
+                    if self.warmup is not None and self.warmup.pending:
+                        return WARM_UP
                     self._queue_changed.wait()
                     continue
                 head = self._pending[0]
                 key = self.generator.batch_key(head.params) if self.max_batch > 1 else None
+                limit = (
+                    self.max_batch if self.warmup is None else min(self.max_batch, self.warmup.batch_limit(head.params))
+                )
                 if key is None:
                     return [self._pending.popleft()]
                 with self._lock:
@@ -306,9 +325,9 @@ class JobManager:
                         if job is not head
                         and not job.cancel_requested.is_set()
                         and self.generator.batch_key(job.params) == key
-                    ][: self.max_batch - 1]
+                    ][: limit - 1]
                     remaining = deadline - time.monotonic()
-                    if len(partners) + 1 >= self.max_batch or remaining <= 0 or self._stopping:
+                    if len(partners) + 1 >= limit or remaining <= 0 or self._stopping:
                         break
                     if head.cancel_requested.is_set():
                         break

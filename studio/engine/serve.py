@@ -39,7 +39,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
     from studio.engine.loader import resolve_device
     from studio.engine.metrics import EngineMetrics
     from studio.engine.parallel import ParallelSettings
-    from studio.engine.warmup import parse_sizes
+    from studio.engine.warmup import Warmup, parse_sizes
 
     started = time.perf_counter()
     try:
@@ -75,11 +75,17 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         return 2
     if generator.rank is not None and generator.rank.followers is not None:
         generator.rank.followers.on_lost = _stop_serving
+    warmup = Warmup(generator, warmup_sizes, max_batch) if warmup_sizes else None
     try:
-        if warmup_sizes:
+        if warmup is not None:
             warmup_started = time.perf_counter()
-            timings = generator.warmup(warmup_sizes, max_batch=max_batch)
-            log.info("warm-up (compile and autotune) took %.1f s: %s", time.perf_counter() - warmup_started, timings)
+            timings = warmup.before_serving() if settings.warmup_in_background else warmup.run_all()
+            log.info(
+                "warm-up (compile and autotune) took %.1f s%s: %s",
+                time.perf_counter() - warmup_started,
+                "; the larger batch sizes follow while serving" if warmup.pending else "",
+                timings,
+            )
     except BaseException:
         generator.close()
         raise
@@ -106,6 +112,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         max_batch=max_batch,
         batch_wait_ms=settings.batch_wait_ms,
         encode_workers=settings.encode_workers if settings.encode_workers is not None else (8 if gpu else 0),
+        warmup=warmup,
     )
     manager.start()
     state = EngineState(
@@ -118,6 +125,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         default_steps=settings.default_steps,
         default_guidance=settings.default_guidance,
         sync_timeout_s=settings.sync_timeout_s,
+        warmup=warmup,
     )
     app = create_app(state)
     gc.freeze()

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from studio.engine.frames import finished_output, resize_frames, to_uint8_tensor, unpatchify_video
-from studio.engine.generation import BatchItem, GenerationCancelled, ResultCallback
+from studio.engine.generation import BatchItem, DecodeSkipped, GenerationCancelled, ResultCallback
 from studio.engine.parallel.split_decode import can_split, split_frames
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ def decode_batch(
     rank: ParallelRank | None = None,
 ) -> None:
     """Decode the denoised latents of the items still alive, group by group, and answer each item as its group
-    is done (an item cancelled since is answered GenerationCancelled, where its whole group is).
+    is done (an item cancelled since is answered GenerationCancelled, where its whole group is; a group of items
+    that ask for no decode is answered DecodeSkipped).
 
     With `rank` splitting the decode, every rank of the engine calls this on the same latents and decodes a
     strip of each frame; the leader's word decides the groups and which are skipped, and the leader answers."""
@@ -146,12 +147,12 @@ def decode_batch(
         groups = rank.agree_groups(groups)  # a follower sees no cancellations: the leader's rows
     denoise_s = denoise_end - started
     for group in groups:
-        go_on = not all(items[i].stopped() for i in group)
+        go_on = not all(items[i].stopped() or not items[i].decode for i in group)
         if rank is not None:
             go_on = rank.agree(go_on)
         if not go_on:
             for i in group:
-                on_result(i, GenerationCancelled())
+                on_result(i, GenerationCancelled() if items[i].stopped() else DecodeSkipped())
             continue
         decode_start = time.perf_counter()
         z = latents[group].to(vae.dtype) / inv_std + mean
