@@ -57,3 +57,12 @@ async def wait_until_warm(root_urls: Sequence[str], timeout_s: float, poll_s: fl
     if waiting:
         log.warning("servers still warming after %.0f s, measured regardless: %s", timeout_s, ", ".join(waiting))
     return waiting
+
+
+def warmup_note(state: dict[str, Any] | None) -> str | None:
+    """How a serving server's own warm-up stands, in a few words; None once it is over (or never reported)."""
+    if state is None or state.get("complete"):
+        return None
+    if state.get("failed"):
+        return "a warm-up run failed: its batches stay smaller"
+    return f"warming larger batches ({state.get('runs_done', '?')} of {state.get('runs_total', '?')} runs)"

@@ -15,6 +15,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from studio.backend.controller import StudioController
+from studio.backend.engine_warmup import warmup_note, warmup_state
 from studio.backend.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.server_metrics import scrape
 from studio.backend.supervisor import ManagedServer, ServerState
@@ -318,9 +319,11 @@ async def endpoint_table(controller: StudioController) -> pd.DataFrame:
     replicas = {server.base_url: (index, server) for index, server in enumerate(controller.servers) if server.port}
     urls = [ep.url for ep in pool.endpoints] if pool is not None else list(replicas)
     endpoints = {ep.url: ep for ep in pool.endpoints} if pool is not None else {}
-    results = await asyncio.gather(*(scrape(url) for url in urls))
+    results, warmups = await asyncio.gather(
+        asyncio.gather(*(scrape(url) for url in urls)), asyncio.gather(*(warmup_state(url) for url in urls))
+    )
     rows = []
-    for url, metrics in zip(urls, results, strict=True):
+    for url, metrics, warmup in zip(urls, results, warmups, strict=True):
         index, server = replicas.get(url, (None, None))
         endpoint = endpoints.get(url)
         if server is not None and server.state is not ServerState.READY:
@@ -331,6 +334,8 @@ async def endpoint_table(controller: StudioController) -> pd.DataFrame:
             state = "taken out"
         else:
             state = "restarting" if endpoint.restarting else ("up" if endpoint.healthy else "down")
+            if state == "up" and (note := warmup_note(warmup)):
+                state = f"up, {note}"
         tail = [line for line in server.log_tail(20) if line.strip()] if server is not None else []
         rows.append(
             [
