@@ -3,7 +3,6 @@ loopback, small cells), and the page's layout bench with its "Apply this layout"
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import subprocess
@@ -17,6 +16,7 @@ from studio.backend.controller import StudioController
 from studio.backend.fleet import cpu_cores
 from studio.ui import bench_view
 from tests.conftest import engine_settings
+from tests.page_bench import layouts_form, run_page_bench
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -154,28 +154,11 @@ def serving(controller: StudioController, timeout_s: float = 120.0) -> bool:
 
 def test_the_page_benches_layouts_and_applies_one(tmp_path):
     controller = StudioController(engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05))
-    form = {
-        "requests": 2,
-        "concurrencies": "2",
-        "tiers": ["256p"],
-        "guardrails": ["on"],
-        "aspect": "1:1",
-        "frames": 5,
-        "steps": 2,
-        "warmup": 1,
-        "slo_s": 60,
-        "layouts": "1x1,2x1",
-        "variants": "",
-        "prompts": "",
-    }
+    form = layouts_form("1x1,2x1")
     try:
         controller.start()
         studio_pid = controller.server.pid
-
-        async def bench():
-            return [update async for update in bench_view.run_bench_view(controller, form)]
-
-        updates = asyncio.run(bench())
+        updates = run_page_bench(controller, form)
         last = updates[-1]
         assert last.status.startswith("done in"), last.status
         assert any("stopping the studio's servers" in u.status for u in updates)

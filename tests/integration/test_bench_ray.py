@@ -4,7 +4,6 @@ embedded engine, small cells; and a layout that Ray cannot hold, refused before 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from tests.page_bench import layouts_form, run_page_bench
 from tests.ray_checks import Descendants, left_running
 from tests.waiting import wait_for
 
@@ -112,35 +112,17 @@ def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tm
     """The studio's own replica holds one of Ray's 2 CPU slots: the bench releases it, or 2x1 finds no room."""
     from studio.backend import ray_cluster
     from studio.backend.controller import StudioController
-    from studio.ui import bench_view
     from tests.conftest import engine_settings
 
     earlier = {process.pid for process in psutil.Process().children(recursive=True)}
     ray_cluster.connect(num_cpus=2)
     settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05, cluster="ray")
     controller = StudioController(settings)
-    form = {
-        "requests": 2,
-        "concurrencies": "2",
-        "tiers": ["256p"],
-        "guardrails": ["on"],
-        "aspect": "1:1",
-        "frames": 5,
-        "steps": 2,
-        "warmup": 1,
-        "slo_s": 60,
-        "layouts": "2x1",
-        "variants": "",
-        "prompts": "",
-    }
+    form = layouts_form("2x1")
     try:
         controller.start()
         studio_url = controller.server.base_url
-
-        async def bench():
-            return [update async for update in bench_view.run_bench_view(controller, form)]
-
-        last = asyncio.run(bench())[-1]
+        last = run_page_bench(controller, form)[-1]
         assert last.status.startswith("done in"), last.status
         assert list(last.summary["layout"]) == ["2x1"] and list(last.summary["completed"]) == [2]
         assert list(last.summary["nodes"]) == ["127.0.0.1, 127.0.0.1"]
