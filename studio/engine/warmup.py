@@ -122,7 +122,12 @@ class Warmup:
         """One of the runs left; after the last, their CUDA graphs and the compile cache. False: none left."""
         if not self.pending:
             return False
-        return self.generator.on_device_thread(self._run_next_here)
+        try:
+            return self.generator.on_device_thread(self._run_next_here)
+        except Exception as exc:  # the worker that calls this serves requests too: it must not die of it
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.exception("the warm-up stopped: batches stay at the sizes warmed so far")
+            return False
 
     def _before_serving_here(self) -> dict[str, float]:
         generator = self.generator
@@ -164,11 +169,11 @@ class Warmup:
         try:
             self._run(size, batch)
             self._capture_graphs(replay=False)
-        except Exception as exc:
-            # The server already serves: a batch size that cannot be warmed is not run (the others still are).
-            self.failed = f"{type(exc).__name__}: {exc}"
-            log.exception("warm-up of %s at batch %d failed: batches of it stay smaller", size, batch)
-            return False
+        except Exception:
+            graphs = self.generator.gpu.graphs
+            if graphs is not None:
+                graphs.recording = False  # requests from now on are not warm-up shapes
+            raise
         if not self._later:
             self._finish()
         return True

@@ -163,3 +163,32 @@ def test_a_server_without_a_warm_up_is_warm_once_it_answers(tmp_path: Path) -> N
         assert asyncio.run(wait_until_warm([url], timeout_s=5)) == []
     finally:
         stop(server)
+
+
+def test_a_failed_warm_up_run_leaves_batches_smaller_and_the_server_serving(
+    generator: VideoGenerator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = Warmup(generator, [SIZE], max_batch=4)
+    plan.before_serving()
+    real = generator.generate_batch
+
+    def out_of_memory_at_batch_4(items, on_result):
+        if len(items) == 4:
+            raise RuntimeError("CUDA out of memory (as a GPU would say)")
+        return real(items, on_result)
+
+    monkeypatch.setattr(generator, "generate_batch", out_of_memory_at_batch_4)
+    manager = JobManager(
+        generator, tmp_path / "out", "tiny", EngineMetrics("tiny"), max_batch=4, batch_wait_ms=5000, warmup=plan
+    )
+    manager.start()  # nothing queued: the worker makes the batch-4 run, which fails
+    try:
+        wait_for(lambda: plan.failed, "the failed warm-up run", 60)
+        assert "out of memory" in plan.status()["failed"] and not plan.pending and not plan.complete
+        assert plan.batch_limit(params(1)) == 1
+        jobs = [manager.submit(manager.new_job(params(30 + i), fps=8)) for i in range(2)]
+        for job in jobs:
+            assert job.done.wait(60) and job.status.value == "completed", job.error
+        assert [job.batch_size for job in jobs] == [1, 1]
+    finally:
+        manager.shutdown()
