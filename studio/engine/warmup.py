@@ -108,10 +108,11 @@ class Warmup:
     # --- the runs --------------------------------------------------------------------------------------
 
     def run_all(self) -> dict[str, float]:
-        """Every run before returning (a benchmark, or a server told not to warm in the background)."""
+        """Every run before returning (a benchmark, or a server told not to warm in the background); a run that
+        fails raises, as it would before serving."""
         self.before_serving()
         while self.pending:
-            self.run_next()
+            self.generator.on_device_thread(self._run_next_here)
         return dict(self.generator.warmup_seconds)
 
     def before_serving(self) -> dict[str, float]:
