@@ -4,6 +4,7 @@ the studio (asked first: it restarts the servers)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -12,6 +13,7 @@ from studio import tiers
 from studio.backend.bench_config import BenchConfig
 from studio.backend.controller import StudioController
 from studio.ui import bench_view
+from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
 
 INTRO = (
@@ -106,6 +108,7 @@ def bench_form(controller: StudioController) -> dict[str, gr.Component]:
 
 def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
     """The operator's tab: a bench loads every server of the studio, so only an operator may run one."""
+    links = FileLinks(controller.store.root)
     gr.Markdown(INTRO)
     form = bench_form(controller)
     run = gr.Button("Run bench", variant="primary", elem_id="bench-run")
@@ -129,7 +132,7 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
     applied = gr.Markdown("", elem_id="bench-apply-result")
     # One plot per row, whole: their axes and legends are readable without opening each one.
     plots = gr.Gallery(label="Plots", columns=1, height="auto", object_fit="contain", elem_id="bench-plots")
-    report = gr.File(label="report.json", interactive=False, elem_id="bench-report")
+    report = gr.HTML("", elem_id="bench-report")  # a link through the studio's file route
 
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report, fleet], api_name="bench")
     async def on_bench(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
@@ -139,8 +142,8 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
                 status: update.status,
                 summary: update.summary,
                 recommendation: update.recommendation,
-                plots: update.plots,
-                report: update.report,
+                plots: [url for plot in update.plots if (url := links.url(plot, request))],
+                report: links.download(Path(update.report), request, "Download report.json") if update.report else "",
             }
             if update.fleets:
                 shown[fleet] = gr.Dropdown(choices=list(update.fleets), value=update.recommended)

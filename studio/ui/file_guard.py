@@ -1,34 +1,51 @@
-"""Each visitor's files for that visitor alone, and a mark that tells one browser from another.
+"""The studio's files, each for its owner alone, through one route of the studio's own; and a mark that tells one
+browser from another.
 
-Gradio serves files at `.../file=<path>` to whoever has the page: the files the page shows (copied into its
-cache under their own names) and anything under the paths the studio allows. The studio names its files by
-request or run id (`req_….mp4`, `.jpg`, `.json`; `run_….csv`), so a file's name says whose it is: this middleware
-lets a video, poster, sidecar or export through only to the visitor whose run made it, or to an operator, and
-nothing else of the outputs dir (the history database, logs) to anyone.
+Gradio serves nothing from the outputs folder (launch.py puts it in Gradio's `blocked_paths`, so none of Gradio's
+file routes, whatever their spelling, reads there). The page links the studio's files as `studio/files/<path under
+the outputs folder>`, and this middleware answers that route itself:
+- a video, its poster and its sidecar (`videos/<day>/req_….mp4|.jpg|.json`) and a run's export
+  (`exports/run_….json|.csv`) go to the visitor whose run made them, and to operators;
+- what a bench wrote (`bench/<time>/…`) goes to operators;
+- nothing else (the history database and its journal, logs, the studio's secrets) goes to anyone.
+Every other request whose path names a studio file or the outputs folder, in any encoding, is refused before it
+reaches Gradio, so a route added to Gradio later cannot serve one either.
 
-A file request carries the browser's cookies but not the page's session, so the page records which visitor
-each browser is (VisitorBook, by the cookie set here on a browser's first request).
+A file request carries the browser's cookies but not the page's session, so the page records which visitor each
+browser is (VisitorBook, by the cookie set here on a browser's first request).
 """
 
 from __future__ import annotations
 
+import mimetypes
 import re
 import secrets
 import threading
 from collections.abc import Callable
-from pathlib import Path, PurePath
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import HTTPConnection
-from starlette.responses import PlainTextResponse
+from starlette.responses import FileResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from studio.backend.visitors import Visitor
 
 BROWSER_COOKIE = "omni-studio-browser"
-FILE_ROUTE = re.compile(r"/file=(?P<path>.+)$")
-OWNED_NAME = re.compile(r"^(?P<id>req_[0-9a-f]{12}|run_\d{8}_\d{6}_[0-9a-f]{6})(\.|$)")
+FILES_ROUTE = "/studio/files/"
 COOKIE_MAX_AGE_S = 30 * 24 * 3600
+REQUEST_ID = r"req_[0-9a-f]{12}"
+RUN_ID = r"run_\d{8}_\d{6}_[0-9a-f]{6}"
+# What the route serves, by the file's path under the outputs folder: (pattern, who may have it).
+VISITOR_FILE = re.compile(
+    rf"^videos/[0-9-]+/(?P<id>{REQUEST_ID})\.(mp4|jpg|json)$|^exports/(?P<run>{RUN_ID})\.(json|csv)$"
+)
+OPERATOR_FILE = re.compile(r"^bench/[0-9_]+/[A-Za-z0-9_.-]+\.(png|json|csv)$")
+# A studio file's name anywhere in a path: no route but the studio's own may answer for it.
+STUDIO_NAME = re.compile(rf"{REQUEST_ID}|{RUN_ID}")
+DOWNLOADED = {".json", ".csv"}  # given as attachments: never rendered by the browser as a page
 
 
 class VisitorBook:
@@ -49,16 +66,74 @@ class VisitorBook:
             return self._by_browser.get(browser)
 
 
-def _within(path: Path, folder: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(folder.resolve())
-    except (OSError, RuntimeError, ValueError):
-        return False
+def fully_decoded(text: str, rounds: int = 4) -> str:
+    """`text` with its percent-encoding undone until it stops changing (double encoding included)."""
+    for _ in range(rounds):
+        decoded = unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+    return text
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    path: Path | None = None  # the file to send, where it may be sent
+    status: int = 200
+    reason: str = ""
+
+
+class StudioFiles:
+    """Who may have which of the outputs folder's files: `owner_of` names the visitor whose run an id is."""
+
+    def __init__(self, outputs_root: Path, owner_of: Callable[[str], str | None]) -> None:
+        self.root = Path(outputs_root).resolve()
+        self.owner_of = owner_of
+
+    def relative(self, path: Path) -> str | None:
+        """A file's path under the outputs folder, as the route names it; None for a file outside it."""
+        try:
+            return Path(path).resolve().relative_to(self.root).as_posix()
+        except (OSError, RuntimeError, ValueError):
+            return None
+
+    def verdict(self, relative: str, visitor: Visitor | None) -> FileVerdict:
+        relative = fully_decoded(relative)
+        parts = PurePosixPath(relative).parts
+        if not relative or "\x00" in relative or "\\" in relative or any(p in ("..", ".") for p in parts):
+            return FileVerdict(status=404, reason="no such file")
+        owned = VISITOR_FILE.match(relative)
+        if owned is None and OPERATOR_FILE.match(relative) is None:
+            return FileVerdict(status=403, reason="this file is not served")
+        if visitor is None:
+            return FileVerdict(status=403, reason="sign in to the studio's page first")
+        if owned is not None:
+            owner = self.owner_of(owned.group("id") or owned.group("run"))
+            if owner is None:
+                return FileVerdict(status=404, reason="no such file in this studio's history")
+            if not (visitor.operator or visitor.id == owner):
+                return FileVerdict(status=403, reason="this file belongs to another visitor")
+        elif not visitor.operator:
+            return FileVerdict(status=403, reason="only an operator of this studio can see the bench's files")
+        target = self.root / relative
+        try:
+            resolved = target.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return FileVerdict(status=404, reason="no such file")
+        # A link inside the folder that points out of it serves nothing.
+        if not resolved.is_relative_to(self.root) or not resolved.is_file():
+            return FileVerdict(status=404, reason="no such file")
+        return FileVerdict(path=resolved)
+
+    def names_studio_file(self, raw_path: str, query: str) -> bool:
+        """Whether a request for another route names one of the studio's files or the outputs folder."""
+        text = fully_decoded(f"{raw_path}?{query}")
+        return bool(STUDIO_NAME.search(text)) or f"{self.root.as_posix()}/" in text
 
 
 class StudioFileGuard:
-    """ASGI middleware in front of Gradio's routes: file requests of the studio's files are checked; every
-    browser without the studio's cookie gets one."""
+    """ASGI middleware in front of Gradio's routes: the studio's file route, answered here; every other route kept
+    from the studio's files; every browser without the studio's cookie given one."""
 
     def __init__(
         self,
@@ -69,28 +144,26 @@ class StudioFileGuard:
         book: VisitorBook,
     ) -> None:
         self.app = app
-        self.outputs_root = Path(outputs_root)
-        self.owner_of = owner_of
+        self.files = StudioFiles(outputs_root, owner_of)
         self.book = book
 
-    def refusal(self, path: str, browser: str | None) -> str | None:
-        """Why this request may not have its file; None where it may (or is no file request of the studio's)."""
-        match = FILE_ROUTE.search(path)
-        if match is None:
-            return None
-        target = match.group("path")
-        owned = OWNED_NAME.match(PurePath(target).name)
-        if owned is None:
-            return "this file is not served" if _within(Path(target), self.outputs_root) else None
-        owner = self.owner_of(owned.group("id"))
-        visitor = self.book.get(browser)
-        if owner is None:
-            return "no such file in this studio's history"
-        if visitor is None:
-            return "sign in to the studio's page first"
-        if not (visitor.operator or visitor.id == owner):
-            return "this file belongs to another visitor"
-        return None
+    async def serve(self, scope: Scope, receive: Receive, send: Send, browser: str | None) -> None:
+        raw = scope.get("raw_path") or scope.get("path", "").encode()
+        relative = raw.decode("latin-1").split("?", 1)[0].removeprefix(FILES_ROUTE)
+        verdict = self.files.verdict(relative, self.book.get(browser))
+        if scope.get("method") not in ("GET", "HEAD"):
+            verdict = FileVerdict(status=405, reason="the studio's files are read with GET")
+        if verdict.path is None:
+            await PlainTextResponse(verdict.reason, status_code=verdict.status)(scope, receive, send)
+            return
+        media_type = mimetypes.guess_type(verdict.path.name)[0] or "application/octet-stream"
+        disposition = "attachment" if verdict.path.suffix in DOWNLOADED else "inline"
+        headers = {
+            "Cache-Control": "private, max-age=3600",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Disposition": f'{disposition}; filename="{verdict.path.name}"',
+        }
+        await FileResponse(verdict.path, media_type=media_type, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -98,11 +171,19 @@ class StudioFileGuard:
             return
         connection = HTTPConnection(scope)
         browser = connection.cookies.get(BROWSER_COOKIE)
-        if scope["type"] == "http":
-            refused = self.refusal(scope.get("path", ""), browser)
-            if refused:
-                await PlainTextResponse(refused, status_code=403)(scope, receive, send)
-                return
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.startswith(FILES_ROUTE):
+            await self.serve(scope, receive, send, browser)
+            return
+        raw = (scope.get("raw_path") or path.encode()).decode("latin-1")
+        if self.files.names_studio_file(raw, scope.get("query_string", b"").decode("latin-1")):
+            if scope["type"] == "http":
+                await PlainTextResponse("the studio's files are served at studio/files/ only", 403)(
+                    scope, receive, send
+                )
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
         if browser:
             await self.app(scope, receive, send)
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -36,15 +37,19 @@ def poster_for(video: Path) -> Path | None:
     return poster
 
 
-def gallery_items(views: list[RequestView], limit: int = TILES) -> list[tuple[str, str]]:
-    """(poster, caption) per finished video, newest first as given; the mp4 itself where no poster can be made."""
+def gallery_items(
+    views: list[RequestView], url_of: Callable[[Path], str | None], limit: int = TILES
+) -> list[tuple[str, str]]:
+    """(poster URL, caption) per finished video, newest first as given; the mp4 itself where no poster can be made.
+    `url_of` gives a file's URL (the studio's file route): Gradio is handed no file of the outputs folder."""
     items = []
     for view in views[:limit]:
         if view.video_path is None:
             continue
         latency = view.timings.latency_s or 0
-        tile = poster_for(view.video_path) or view.video_path
-        items.append((str(tile), f"{view.request.prompt[:60]} · seed {view.request.seed} · {latency:.1f} s"))
+        url = url_of(poster_for(view.video_path) or view.video_path)
+        if url is not None:
+            items.append((url, f"{view.request.prompt[:60]} · seed {view.request.seed} · {latency:.1f} s"))
     return items
 
 

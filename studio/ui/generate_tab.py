@@ -6,11 +6,12 @@ The form's components are named by the fields handlers.build_spec reads, and rea
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from studio import tiers
 from studio.backend.controller import StudioController
@@ -19,7 +20,9 @@ from studio.backend.cosmos_framework_client import GUARDRAILS_AT_START
 from studio.backend.spec import MAX_CONCURRENCY, MAX_UPLOAD_BYTES, SeedPolicy, image_inputs
 from studio.backend.stats import summarize
 from studio.ui import figures, gallery, handlers, tables
+from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess
+from studio.ui.markdown import markdown_text
 
 EXAMPLES = [
     "a red circle moving left on a white background",
@@ -161,6 +164,7 @@ def build_generate_tab(
     """The tab; every event shows and touches only the work of the visitor asking (an operator's: everyone's
     where their `show` switch says so)."""
     board = controller.board
+    links = FileLinks(controller.store.root)
     with gr.Row():
         with gr.Column(scale=2):
             form = generate_form(controller)
@@ -170,9 +174,10 @@ def build_generate_tab(
             status = gr.Markdown("", elem_id="status")
             standing = gr.Markdown("", elem_id="standing")
         with gr.Column(scale=3):
-            video = gr.Video(label="Selected video", elem_id="video", autoplay=True, loop=True, interactive=False)
+            # The studio's own player and link: the files come through its file route, which checks their owner.
+            video = gr.HTML("", label="Selected video", elem_id="video")
             details = gr.Markdown("", elem_id="details")
-            download = gr.DownloadButton("Download mp4", visible=False, elem_id="download")
+            download = gr.HTML("", elem_id="download")
             tiles = gr.Gallery(
                 label="Finished, newest first", columns=3, height=360, allow_preview=False, elem_id="gallery"
             )
@@ -196,16 +201,22 @@ def build_generate_tab(
     seen_version = gr.State(-1)
     seen_finished = gr.State(-1)
 
-    @generate.click(inputs_kwargs=form, outputs=status, concurrency_limit=None, api_name="generate")
+    # preprocess=False: the form's values reach the studio's own checks as sent (a caller's "abc" frames or NaN
+    # steps get the field's message, not Gradio's); an image still arrives only from Gradio's upload folder.
+    @generate.click(inputs_kwargs=form, outputs=status, concurrency_limit=None, api_name="generate", preprocess=False)
     async def on_generate(
         request: gr.Request,
         profile: gr.OAuthProfile | None,
-        image: str | None = None,
+        image: Any = None,
         image_url: str = "",
         **values: Any,
     ) -> str:
         # The image's fields named with their defaults: API callers may leave them out.
         visitor = access.require(request, profile)
+        try:
+            image = handlers.uploaded_image(image, Path(get_upload_folder()))
+        except ValueError as exc:
+            return f"**cannot generate**: {markdown_text(exc)}"
         return await handlers.submit(controller, {**values, "image": image, "image_url": image_url}, visitor)
 
     @cancel_all.click(inputs_kwargs={"show": show}, outputs=status, api_name="cancel_all")
@@ -236,12 +247,12 @@ def build_generate_tab(
         visitor = access.require(request, profile)
         found = board.find(gallery.request_id_in(evt.value) or "")
         if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
-            return {}
+            return {video: "", details: "no video of yours is selected", download: ""}
         view = found[1]
         return {
-            video: str(view.video_path),
+            video: links.player(view.video_path, request, view.request.width / view.request.height),
             details: tables.details_markdown(view),
-            download: gr.DownloadButton(value=str(view.video_path), visible=True),
+            download: links.download(view.video_path, request, "Download mp4"),
         }
 
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
@@ -267,7 +278,7 @@ def build_generate_tab(
     def refresh(
         version: Any, finished_seen: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
-        updates: dict[gr.Component, Any] = {engine_status: html.escape(controller.engine_summary())}
+        updates: dict[gr.Component, Any] = {engine_status: markdown_text(controller.engine_summary())}
         visitor = access.visitor(request, profile)
         if visitor is None:  # not signed in: nothing of anyone's
             return updates
@@ -292,7 +303,7 @@ def build_generate_tab(
             updates.update(
                 {
                     stats: tables.stats_table(summary),
-                    tiles: gallery.gallery_items(board.done_newest_first(scope)),
+                    tiles: gallery.gallery_items(board.done_newest_first(scope), lambda path: links.url(path, request)),
                     seen_finished: finished,
                 }
             )

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import html
+import hashlib
 import io
 import json
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from studio.backend.spec import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.tiers import TierError
 from studio.ui import tables
+from studio.ui.markdown import markdown_text
 
 # The form's words for the fields the models check, where a model's field name is not what the page shows.
 FIELD_LABELS = {
@@ -119,26 +122,64 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
     return spec
 
 
+def uploaded_image(value: Any, upload_folder: Path) -> str | None:
+    """The image a caller of the page's form uploaded: Gradio's upload (a FileData, or its path) in Gradio's upload
+    folder, never a path of the caller's choosing elsewhere. ValueError saying what to do otherwise."""
+    if value in (None, ""):
+        return None
+    path = value.get("path") if isinstance(value, dict) else value
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError("image: send an uploaded file (gradio_client: handle_file(path)), or leave it empty")
+    try:
+        inside = Path(path).resolve().is_relative_to(Path(upload_folder).resolve())
+    except (OSError, RuntimeError, ValueError):
+        inside = False
+    if not inside:
+        raise ValueError("image: only a file uploaded with the form is taken (gradio_client: handle_file(path))")
+    return path
+
+
+UPLOADS_DIR = "uploads"
+
+
+def keep_upload(image: Path, outputs_root: Path) -> Path:
+    """A copy of the run's image in the outputs folder (named by its content, written once), so that the run does
+    not depend on Gradio's upload folder, which is cleaned hourly. The studio's file route serves none of them."""
+    digest = hashlib.sha256(image.read_bytes()).hexdigest()[:32]
+    kept = Path(outputs_root) / UPLOADS_DIR / f"{digest}{image.suffix.lower()}"
+    if not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f".{kept.name}.{os.getpid()}")
+        shutil.copyfile(image, partial)
+        partial.replace(kept)
+    return kept
+
+
 async def submit(controller: StudioController, form: dict[str, Any], visitor: Visitor = LOCAL_OPERATOR) -> str:
     """Queue a run of the visitor's; returns the status line. Earlier work keeps running."""
     try:
         spec = build_spec(form, controller)
     except (ValidationError, TierError, ValueError) as exc:
-        return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
+        return f"**cannot generate**: {markdown_text(describe_error(exc))}"
+    if spec.input_reference is not None:
+        try:
+            spec = spec.model_copy(update={"input_reference": keep_upload(spec.input_reference, controller.store.root)})
+        except OSError as exc:
+            return f"**cannot generate**: the image cannot be kept in the outputs folder ({exc.strerror or exc})"
     # The engine of now (the Server tab may have changed it since the page was built): an image it cannot take
     # is refused here, before anything is sent.
     refusal = spec.image_refusal(controller.settings.engine)
     if refusal is not None:
-        return f"**cannot generate**: {html.escape(refusal, quote=False)}"
+        return f"**cannot generate**: {markdown_text(refusal)}"
     if controller.starting:
         await controller.wait_until_ready()
     try:
         run = controller.new_run(spec, visitor)
     except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError; a limit a RuntimeError
-        return f"**cannot generate**: {html.escape(describe_error(exc), quote=False)}"
+        return f"**cannot generate**: {markdown_text(describe_error(exc))}"
     run.start()
     count = len(run.views)
-    return f"queued {count} request{'s' * (count != 1)} ({html.escape(run.id)}), {spec.concurrency} at a time"
+    return f"queued {count} request{'s' * (count != 1)} ({markdown_text(run.id)}), {spec.concurrency} at a time"
 
 
 # ---- Cancel ----------------------------------------------------------------------------------------
@@ -197,12 +238,12 @@ async def cancel_request(board: RequestBoard, shown: str, by: Visitor = LOCAL_OP
     request_id = full_request_id(board, shown, None if by.operator else by)
     found = board.find(request_id) if request_id else None
     if found is None or not board.cancel(request_id, by=by):
-        yield f"no request in flight with id {html.escape((shown or '').strip())!r}"
+        yield f"no request in flight with id {markdown_text((shown or '').strip())!r}"
         return
     view = found[1]
-    yield f"cancelling {html.escape(tables.short(request_id))} ..."
+    yield f"cancelling {markdown_text(tables.short(request_id))} ..."
     await _until_finished([view])
-    yield f"{html.escape(tables.short(request_id))}: {_cancel_outcome([view])}"
+    yield f"{markdown_text(tables.short(request_id))}: {_cancel_outcome([view])}"
 
 
 # ---- History ---------------------------------------------------------------------------------------

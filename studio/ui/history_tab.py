@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import html
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -10,8 +10,10 @@ from pydantic import ValidationError
 
 from studio.backend.controller import StudioController
 from studio.backend.visitors import Visitor
-from studio.ui import handlers, tables
+from studio.ui import gallery, handlers, tables
+from studio.ui.file_links import FileLinks
 from studio.ui.identity import MINE, PageAccess
+from studio.ui.markdown import markdown_text
 
 REFRESH_S = 2.0
 
@@ -24,6 +26,7 @@ def finished_runs(controller: StudioController) -> int:
 def build_history_tab(controller: StudioController, access: PageAccess, show: gr.Radio, opened: Any) -> None:
     """Past runs of the visitor asking (an operator's `show` switch: everyone's). `opened`: the page's load
     event, when the table is first read."""
+    links = FileLinks(controller.store.root)
     refresh = gr.Button("Refresh", elem_id="history-refresh")
     # Built empty (a first value is part of the page every visitor loads); the page's load fills it.
     history = gr.Dataframe(
@@ -35,7 +38,7 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
         rerun = gr.Button("Re-run with the same settings", elem_id="history-rerun")
         export_json = gr.Button("Export JSON", elem_id="history-export-json")
         export_csv = gr.Button("Export CSV", elem_id="history-export-csv")
-    export_file = gr.File(label="Export", elem_id="history-export-file", interactive=False)
+    export_file = gr.HTML("", elem_id="history-export-file")  # a link through the studio's file route
     status = gr.Markdown("", elem_id="history-status")
     run_requests = gr.Dataframe(
         tables.run_request_table([]), interactive=False, elem_id="history-requests", label="Requests of the run"
@@ -78,9 +81,10 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
         selected = str(row[0])
         requests = handlers.run_requests_flat(controller, selected, scope_of(request, profile, shown))
         videos = [
-            (r["video_path"], f"{r['prompt'][:50]} · seed {r['seed']}")
+            (url, f"{r['prompt'][:50]} · seed {r['seed']}")
             for r in requests
             if r["state"] == "done" and r["video_path"]
+            if (url := links.url(gallery.poster_for(Path(r["video_path"])) or r["video_path"], request))
         ]
         return {run_id: selected, run_requests: tables.run_request_table(requests), run_videos: videos}
 
@@ -90,14 +94,14 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
         try:
             spec = handlers.rerun(controller, (run_id or "").strip(), None if visitor.operator else visitor)
         except (ValueError, ValidationError) as exc:
-            return f"**cannot re-run**: {html.escape(handlers.describe_error(exc))}"
+            return f"**cannot re-run**: {markdown_text(handlers.describe_error(exc))}"
         await controller.wait_until_ready()
         try:
             run = controller.new_run(spec, visitor)
         except (RuntimeError, ValueError) as exc:  # a limit of the visitor's
-            return f"**cannot re-run**: {html.escape(handlers.describe_error(exc))}"
+            return f"**cannot re-run**: {markdown_text(handlers.describe_error(exc))}"
         run.start()
-        return f"re-running as {html.escape(run.id)}: see the Generate tab"
+        return f"re-running as {markdown_text(run.id)}: see the Generate tab"
 
     def export(kind: str):
         def on_export(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> dict[gr.Component, Any]:
@@ -106,8 +110,8 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
             try:
                 path = handlers.export_run(controller, (run_id or "").strip(), kind, scope)
             except ValueError as exc:
-                return {export_file: None, status: f"**cannot export**: {html.escape(str(exc))}"}
-            return {export_file: str(path), status: ""}
+                return {export_file: "", status: f"**cannot export**: {markdown_text(str(exc))}"}
+            return {export_file: links.download(path, request, f"Download {path.name}"), status: ""}
 
         return on_export
 

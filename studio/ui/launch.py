@@ -12,11 +12,14 @@ from starlette.middleware import Middleware
 
 from studio.backend.access import AccessError, AccessPolicy, on_space
 from studio.backend.controller import StudioController
+from studio.backend.spec import MAX_UPLOAD_BYTES
 from studio.backend.supervisor import port_is_free
 from studio.config import StudioSettings
 from studio.ui.file_guard import StudioFileGuard
 
 if TYPE_CHECKING:
+    import gradio as gr
+
     from studio.ui.identity import PageAccess
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -47,16 +50,42 @@ def access_policy(settings: StudioSettings) -> AccessPolicy:
 
 
 def launch_options(controller: StudioController, access: PageAccess) -> dict[str, Any]:
-    """What `launch()` needs beyond host and port: the page's accounts and the guard of the studio's files."""
+    """What `launch()` needs beyond host and port: the page's accounts, the studio's own file route, and Gradio
+    kept from the outputs folder, its uploads bounded and its traffic figures off."""
     guard = Middleware(
         StudioFileGuard, outputs_root=controller.store.root, owner_of=controller.store.owner_of, book=access.book
     )
     return {
         "auth": list(access.policy.accounts) or None,
         "auth_message": "Omni Studio: sign in with the account the studio's operator gave you.",
-        "allowed_paths": [str(controller.store.root.resolve())],
+        # Gradio serves nothing from the outputs folder, by any of its routes: the studio's file route does.
+        "blocked_paths": [str(controller.store.root.resolve())],
+        # An upload over the page's limit is refused by the upload route itself, before it is stored.
+        "max_file_size": MAX_UPLOAD_BYTES,
+        # Gradio's monitoring shows every visitor's calls and timings to anyone: off.
+        "enable_monitoring": False,
         "app_kwargs": {"middleware": [guard]},
     }
+
+
+def serve_page(controller: StudioController, access: PageAccess) -> gr.Blocks:
+    """The page built and served on the settings' host and port, without blocking: what `omni-studio ui` runs."""
+    from studio.ui.page import CSS, build_page, enable_queue
+
+    settings = controller.settings
+    demo = enable_queue(build_page(controller, access))
+    demo.launch(
+        server_name=settings.host,
+        server_port=settings.port,
+        share=settings.share,
+        **launch_options(controller, access),
+        css=CSS,
+        prevent_thread_lock=True,
+        quiet=True,
+        footer_links=["gradio", "settings"],
+        ssr_mode=False,  # no Node.js server beside ours: one process to watch and stop
+    )
+    return demo
 
 
 def launch_ui(settings: StudioSettings) -> int:
@@ -77,28 +106,15 @@ def launch_ui(settings: StudioSettings) -> int:
         print(taken, file=sys.stderr)
         return 2
     from studio.ui.identity import PageAccess
-    from studio.ui.page import CSS, build_page, enable_queue
 
     controller = StudioController(settings)
     controller.start_in_background()
     access = PageAccess(policy)
-    demo = build_page(controller, access)
-    enable_queue(demo)
     gradio_said = io.StringIO()
     try:
         # Gradio's own lines speak of launch() arguments; the studio says the same in its flags' words, below.
         with contextlib.redirect_stdout(gradio_said):
-            demo.launch(
-                server_name=settings.host,
-                server_port=settings.port,
-                share=settings.share,
-                **launch_options(controller, access),
-                css=CSS,
-                prevent_thread_lock=True,
-                quiet=True,
-                footer_links=["gradio", "settings"],
-                ssr_mode=False,  # no Node.js server beside ours: one process to watch and stop
-            )
+            demo = serve_page(controller, access)
     except OSError:  # taken between the check and the launch
         print(taken, file=sys.stderr)
         controller.close()

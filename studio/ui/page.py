@@ -6,8 +6,6 @@ operator's tabs only for operators."""
 
 from __future__ import annotations
 
-import html
-
 import gradio as gr
 
 from studio.backend.access import AccessPolicy
@@ -16,7 +14,10 @@ from studio.ui.bench_tab import build_bench_tab
 from studio.ui.generate_tab import build_generate_tab
 from studio.ui.history_tab import build_history_tab
 from studio.ui.identity import EVERYONE, MINE, PageAccess, browser_of
+from studio.ui.markdown import markdown_text
 from studio.ui.server_tab import build_server_tab
+
+UPLOADS_KEPT = (600, 3600)  # every 10 minutes, what is older than an hour
 
 CSS = """
 #engine-status { font-size: 0.9em; opacity: 0.85; }
@@ -28,7 +29,9 @@ CSS = """
 def build_page(controller: StudioController, access: PageAccess | None = None) -> gr.Blocks:
     access = access or PageAccess(AccessPolicy.from_settings(controller.settings))
     operators_only = not access.policy.everyone_operator  # the operator's tabs start hidden where not everyone is one
-    with gr.Blocks(title="Omni Studio") as demo:
+    # What visitors upload (images for image-to-video) is deleted an hour after it came: a run copies what it
+    # needs when it is submitted.
+    with gr.Blocks(title="Omni Studio", delete_cache=UPLOADS_KEPT) as demo:
         with gr.Row(equal_height=True):
             gr.Markdown("# Omni Studio")
             who = gr.Markdown("", elem_id="who")
@@ -37,7 +40,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
             show = gr.Radio(
                 [MINE, EVERYONE], value=MINE, label="Show", visible=False, elem_id="show", scale=0, min_width=200
             )
-        engine_status = gr.Markdown(html.escape(controller.engine_summary()), elem_id="engine-status")
+        engine_status = gr.Markdown(markdown_text(controller.engine_summary()), elem_id="engine-status")
         with gr.Tabs():
             with gr.Tab("Generate", id="generate-tab"):
                 build_generate_tab(controller, access, engine_status, show)

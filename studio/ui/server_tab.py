@@ -5,7 +5,6 @@ fields' help. Its vLLM-Omni levers show only where the installed vLLM-Omni has t
 from __future__ import annotations
 
 import asyncio
-import html
 import time
 from collections.abc import Mapping
 from typing import Any, get_args
@@ -24,6 +23,7 @@ from studio.config import MANAGED_ENGINES, EngineMode, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers
 from studio.ui.identity import PageAccess
+from studio.ui.markdown import markdown_text
 
 REFRESH_S = 2.0
 LOG_LINES = 200
@@ -212,9 +212,9 @@ def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
     try:
         settings = controller.apply_sharing(**values)
     except (ValidationError, ValueError) as exc:
-        return f"**not applied**: {html.escape(handlers.describe_error(exc))}"
+        return f"**not applied**: {markdown_text(handlers.describe_error(exc))}"
     limits = ", ".join(f"{name} {getattr(settings, name)}" for name in values)
-    return f"applied: {html.escape(limits)}"
+    return f"applied: {markdown_text(limits)}"
 
 
 def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,17 +242,19 @@ def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[st
 def server_state_markdown(controller: StudioController) -> str:
     status = controller.server_status()
     if status is None:
-        text = html.escape(controller.engine_summary())
+        text = markdown_text(controller.engine_summary())
     else:
         elapsed = f" for {status.starting_for_s:.0f} s" if status.starting_for_s else ""
         code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
-        text = f"**{status.state}**{elapsed}{code} · {html.escape(status.message)} · `{html.escape(status.command)}`"
+        text = (
+            f"**{status.state}**{elapsed}{code} · {markdown_text(status.message)} · `{markdown_text(status.command)}`"
+        )
         if status.state is ServerState.CRASHED and not controller.settings.auto_restart:
             text += "\n\n**The server crashed.** Press Restart to start it again, or turn on auto-restart."
     if controller.auto_restart_note:
-        text += f"\n\n{html.escape(controller.auto_restart_note)}"
+        text += f"\n\n{markdown_text(controller.auto_restart_note)}"
     if controller.start_error:
-        text += f"\n\n**start failed**: {html.escape(controller.start_error)}"
+        text += f"\n\n**start failed**: {markdown_text(controller.start_error)}"
     return text
 
 
@@ -275,7 +277,7 @@ def scaling_markdown(controller: StudioController) -> str:
     if loop is None or not loop.running:
         return text + "\n\nNot watching the load: the fleet is not running."
     if loop.last is not None:
-        text += f"\n\nNow: {html.escape(str(loop.last.action))}, {html.escape(loop.last.reason)}"
+        text += f"\n\nNow: {markdown_text(str(loop.last.action))}, {markdown_text(loop.last.reason)}"
     events = list(loop.events)[-SCALING_EVENTS_SHOWN:][::-1]
     if events:
         rows = "\n".join(
@@ -291,7 +293,7 @@ def scaling_markdown(controller: StudioController) -> str:
 
 def _cell(text: str) -> str:
     """Text in a cell of a Markdown table: escaped, and its bars kept from ending the cell."""
-    return html.escape(text).replace("|", "&#124;")
+    return markdown_text(text).replace("|", "&#124;")
 
 
 def _one_line(text: str) -> str:
@@ -360,13 +362,13 @@ async def restart_replica(controller: StudioController, index: Any) -> str:
         controller.replica(number)
     except (TypeError, ValueError) as exc:
         return (
-            f"**cannot restart**: {html.escape(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
+            f"**cannot restart**: {markdown_text(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
         )
     try:
         await asyncio.to_thread(controller.restart_replica, number)
     except Exception as exc:  # the replica's own log, below, has the server's words
-        return f"**replica {number} did not come back**: {html.escape(str(exc))}"
-    return f"replica {number} restarted at {html.escape(controller.servers[number].base_url)}"
+        return f"**replica {number} did not come back**: {markdown_text(str(exc))}"
+    return f"replica {number} restarted at {markdown_text(controller.servers[number].base_url)}"
 
 
 async def stop_replica(controller: StudioController, index: Any) -> str:
@@ -374,7 +376,7 @@ async def stop_replica(controller: StudioController, index: Any) -> str:
         number = int(index)
         controller.replica(number)
     except (TypeError, ValueError) as exc:
-        return f"**cannot stop**: {html.escape(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
+        return f"**cannot stop**: {markdown_text(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
     await asyncio.to_thread(controller.stop_replica, number)
     others = sum(server.state is ServerState.READY for server in controller.servers)
     return f"replica {number} stopped ({others} still serving): Restart replica brings it back"
@@ -384,17 +386,17 @@ async def start_server(controller: StudioController) -> str:
     """Start the engine (again after a stop, a crash or a failed start; or attach to the remote servers) and wait
     until it is ready: the answer says how it went."""
     if controller.ready():
-        return "already running: " + html.escape(controller.engine_summary())
+        return "already running: " + markdown_text(controller.engine_summary())
     try:
         if controller.starting:  # the first start, or the one after new settings: under way, or about to be
             await controller.wait_until_ready()
         else:  # stopped, crashed or failed: the studio's background start is spent, so start here
             await asyncio.to_thread(controller.start)
     except Exception as exc:  # shown where the button is; the log below has the server's own words
-        return f"**start failed**: {html.escape(str(exc))}"
+        return f"**start failed**: {markdown_text(str(exc))}"
     if not controller.ready():
-        return f"**start failed**: {html.escape(controller.start_error or controller.engine_summary())}"
-    return "started: " + html.escape(controller.engine_summary())
+        return f"**start failed**: {markdown_text(controller.start_error or controller.engine_summary())}"
+    return "started: " + markdown_text(controller.engine_summary())
 
 
 async def stop_server(controller: StudioController) -> str:
@@ -411,7 +413,7 @@ async def restart_server(controller: StudioController, form: Mapping[str, Any]) 
     try:
         new_settings = StudioSettings.model_validate(settings_values(controller.settings, form))
     except ValidationError as exc:
-        return f"**settings not applied**: {html.escape(handlers.describe_error(exc))}"
+        return f"**settings not applied**: {markdown_text(handlers.describe_error(exc))}"
     await asyncio.to_thread(controller.apply_settings, new_settings)
     return await start_server(controller)
 
@@ -476,7 +478,7 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         yield ["Checking which levers the installed vLLM-Omni has ...", *[gr.skip()] * len(levers)]
         flags, why = await asyncio.to_thread(read_lever_flags, controller.settings)
         shown, note = lever_visibility(flags, why)
-        yield [html.escape(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
+        yield [markdown_text(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
 
     @timer.tick(inputs=replica, outputs=[state, scaling, log_tail], show_progress="hidden", api_visibility="private")
     def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
@@ -490,7 +492,7 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
     @restart_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="restart_replica")
     async def on_restart_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any):
         access.require_operator(request, profile, action="restart a replica")
-        yield f"restarting replica {html.escape(str(replica))} ..."
+        yield f"restarting replica {markdown_text(str(replica))} ..."
         yield await restart_replica(controller, replica)
 
     @stop_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="stop_replica")

@@ -3,7 +3,6 @@ them), plus the few lines of text beside them. No gradio here and no actions (ha
 
 from __future__ import annotations
 
-import html
 import json
 import time
 from typing import Any
@@ -17,6 +16,7 @@ from studio.backend.fair_share import Standing
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.stats import LatencySummary
 from studio.backend.visitors import Visitor
+from studio.ui.markdown import markdown_text
 
 REQUEST_ROWS = 300
 STATE_LABELS = {
@@ -141,10 +141,10 @@ def details_markdown(view: RequestView) -> str:
         return "–" if value is None else f"{value:.2f} s"
 
     return (
-        f"**{html.escape(view.request.prompt[:300])}**\n\n"
+        f"**{markdown_text(view.request.prompt[:300])}**\n\n"
         f"latency {seconds(t.latency_s)} · queue at least {seconds(t.queue_wait_s)} · "
         f"inference at most {seconds(t.inference_s)} · "
-        f"seed {view.request.seed} · job `{html.escape(view.job_id or '')}`\n\n```json\n{params}\n```"
+        f"seed {view.request.seed} · job `{markdown_text(view.job_id or '')}`\n\n```json\n{params}\n```"
     )
 
 

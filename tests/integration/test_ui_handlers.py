@@ -66,13 +66,14 @@ def test_submit_runs_everything_and_figures_follow(controller):
     assert len(rows) == 4 and all((rows["state"] == "done") & (rows["progress"] == "100%"))
     stats = tables.counts_line(board.summary(), 0)
     assert "**4 completed**" in stats and "videos/min" in tables.stats_table(board.summary()).columns
-    items = gallery.gallery_items(board.done_newest_first())
-    assert len(items) == 4 and all(path.endswith(".jpg") for path, _ in items)
-    for (poster, _), view in zip(items, board.done_newest_first(), strict=True):
+    items = gallery.gallery_items(board.done_newest_first(), lambda path: f"https://studio.test/files/{path}")
+    assert len(items) == 4 and all(url.endswith(".jpg") for url, _ in items)
+    for (url, _), view in zip(items, board.done_newest_first(), strict=True):
+        poster = url.removeprefix("https://studio.test/files/")
         assert Path(poster) == view.video_path.with_suffix(".jpg")  # the poster beside its video
         with Image.open(poster) as image:
             assert image.format == "JPEG" and image.size == (256, 256)
-        assert gallery.request_id_in({"image": {"path": poster}}) == view.id
+        assert gallery.request_id_in({"image": {"url": url}}) == view.id
     page = figures.page_figures(board)
     timeline = page.timeline
     assert timeline[figures.REQUEST].nunique() == 4

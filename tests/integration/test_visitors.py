@@ -4,6 +4,8 @@ answers its owner and operators only. A real studio on its embedded engine, with
 
 from __future__ import annotations
 
+import html
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,8 +119,10 @@ def test_a_video_url_answers_its_owner_and_operators_only(studio):
         history_text(user_client)
 
     def fetch(path: Path, user_client: Client | None) -> httpx.Response:
+        """The file through the studio's own file route, the only one that serves the outputs folder."""
         cookies = user_client.cookies if user_client else {}
-        return httpx.get(f"{studio.url}/gradio_api/file={path}", cookies=cookies, timeout=30)
+        relative = path.resolve().relative_to(studio.outputs.resolve()).as_posix()
+        return httpx.get(f"{studio.url}/studio/files/{relative}", cookies=cookies, timeout=30)
 
     assert fetch(video, alice).status_code == 200 and fetch(video, alice).content[4:8] == b"ftyp"
     assert fetch(video, olga).status_code == 200
@@ -127,12 +131,17 @@ def test_a_video_url_answers_its_owner_and_operators_only(studio):
     assert fetch(video.with_suffix(".json"), bob).status_code == 403  # the sidecar, with the prompt in it
     assert fetch(studio.outputs.resolve() / "history.sqlite3", olga).status_code == 403
     assert fetch(video, None).status_code in (401, 403)
+    # Gradio's own file routes serve nothing of the outputs folder, not even to its owner.
+    for route in ("/gradio_api/file=", "/gradio_api/file/"):
+        assert httpx.get(f"{studio.url}{route}{video}", cookies=alice.cookies, timeout=30).status_code == 403
 
-    # Exports: alice's export is hers; bob's attempt names no run of his.
+    # Exports: alice's export is a link to her file; bob's attempt names no run of his.
     exported, note = alice.predict(run_id=run_id, api_name="/export_json")
-    assert marker in Path(exported).read_text() and not note
+    link = re.search(r'href="([^"]+)"', exported).group(1)
+    assert not note and marker in httpx.get(html.unescape(link), cookies=alice.cookies, timeout=30).text
+    assert marker not in httpx.get(html.unescape(link), cookies=bob.cookies, timeout=30).text
     exported, note = bob.predict(run_id=run_id, api_name="/export_json")
-    assert exported is None and "cannot export" in note
+    assert not exported and "cannot export" in note
 
 
 def test_the_operator_sets_per_visitor_limits_from_the_page_and_a_visitor_over_one_is_told_which(studio):
