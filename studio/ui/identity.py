@@ -20,7 +20,8 @@ EVERYONE, MINE = "everyone", "mine"
 
 def browser_of(request: gr.Request | None) -> str:
     """What tells this browser from others: the studio's cookie, or the page session where a caller has no
-    cookies (an API client)."""
+    cookies (an API client). Either is a secret (whoever sends it is this guest): it goes no further than this
+    process's memory; a guest's visitor id holds only its keyed hash (AccessPolicy.visitor)."""
     if request is None:
         return ""
     cookies = getattr(request, "cookies", None) or {}

@@ -16,6 +16,7 @@ from studio.backend.spec import MAX_UPLOAD_BYTES
 from studio.backend.supervisor import port_is_free
 from studio.config import StudioSettings
 from studio.ui.file_guard import StudioFileGuard
+from studio.ui.sign_in_limit import SignInLimit
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -64,7 +65,8 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
         "max_file_size": MAX_UPLOAD_BYTES,
         # Gradio's monitoring shows every visitor's calls and timings to anyone: off.
         "enable_monitoring": False,
-        "app_kwargs": {"middleware": [guard]},
+        # Repeated failed sign-ins slow down, per account and per address.
+        "app_kwargs": {"middleware": [guard, Middleware(SignInLimit)]},
     }
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+import stat
+from types import SimpleNamespace
+
 import pytest
 
-from studio.backend.access import AccessError, AccessPolicy
+from studio.backend.access import GUEST_KEY_FILE, AccessError, AccessPolicy
 from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
 from studio.config import StudioSettings
 from studio.ui.launch import exposure_problem
@@ -15,6 +21,12 @@ SPACE_WITH_SIGN_IN = {"SPACE_ID": "someone/omni-studio", "OAUTH_CLIENT_ID": "cli
 
 def policy(environ=NOT_A_SPACE, **values) -> AccessPolicy:
     return AccessPolicy.from_settings(StudioSettings(_env_file=None, **values), environ)
+
+
+@pytest.fixture(autouse=True)
+def _outputs_in_tmp(tmp_path, monkeypatch):
+    """The default outputs folder ("outputs", relative) lands in the test's own folder, never the checkout."""
+    monkeypatch.chdir(tmp_path)
 
 
 def test_accounts_are_visitors_and_the_first_is_the_operator_unless_one_is_named(tmp_path):
@@ -67,6 +79,75 @@ def test_guests_are_each_their_own_visitor_and_never_operators():
     assert rules.visitor(browser="") is None
 
 
+# Upper case and punctuation: none of it can turn up by chance in a lower-case hex digest.
+MARK = "Zq9X_Lk2MPw7-RtY4UVb8NCd"
+
+
+def test_a_guest_is_known_by_a_keyed_hash_of_their_browser_mark_never_the_mark_itself(tmp_path):
+    outputs = tmp_path / "outputs"
+    rules = policy(allow_anonymous=True, outputs_dir=outputs)
+    guest = rules.visitor(browser=MARK)
+    assert re.fullmatch(r"guest:[0-9a-f]{32}", guest.id), guest.id
+    assert guest.name == f"guest {guest.id.removeprefix('guest:')[:6]}"
+    for piece in (MARK[i : i + 4] for i in range(len(MARK) - 3)):  # not even four characters of the mark
+        assert piece not in guest.id and piece not in guest.name
+    key_file = outputs / GUEST_KEY_FILE
+    key = bytes.fromhex(key_file.read_text().strip())
+    assert len(key) >= 32
+    assert guest.id == "guest:" + hmac.new(key, MARK.encode(), hashlib.sha256).hexdigest()[:32]
+    assert key.hex() not in repr(rules) and str(key) not in repr(rules)
+
+    # Only its owner reads the key, in a folder only its owner opens.
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+
+    # A restart on the same outputs folder reads the same key: the guest keeps their history.
+    assert policy(allow_anonymous=True, outputs_dir=outputs).visitor(browser=MARK) == guest
+    # Another studio (another outputs folder) has its own key: the same mark is another guest there.
+    elsewhere = policy(allow_anonymous=True, outputs_dir=tmp_path / "elsewhere").visitor(browser=MARK)
+    assert elsewhere.id != guest.id
+
+
+def test_the_guest_key_is_made_only_where_guests_are_allowed(tmp_path):
+    policy(outputs_dir=tmp_path / "outputs")
+    policy(auth=["alice:a"], outputs_dir=tmp_path / "outputs")
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_guest_key_that_cannot_be_used_is_refused_with_the_reason(tmp_path):
+    key_file = tmp_path / "outputs" / GUEST_KEY_FILE
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text("")
+    with pytest.raises(AccessError, match=r"guest-key.*(empty|not a key)"):
+        policy(allow_anonymous=True, outputs_dir=tmp_path / "outputs")
+    (tmp_path / "blocked").write_text("a file where the outputs folder should be")
+    with pytest.raises(AccessError, match="cannot make or read the guest key"):
+        policy(allow_anonymous=True, outputs_dir=tmp_path / "blocked")
+
+
+def test_a_caller_without_the_cookie_is_known_by_a_hash_of_its_page_session_too(tmp_path):
+    from studio.ui.identity import PageAccess
+
+    access = PageAccess(policy(allow_anonymous=True, outputs_dir=tmp_path / "outputs"))
+    session = "Sess10nHashXYZ"
+    request = SimpleNamespace(cookies={}, session_hash=session, username=None)
+    guest = access.visitor(request)
+    assert re.fullmatch(r"guest:[0-9a-f]{32}", guest.id)
+    assert session not in guest.id and session[:6] not in guest.name and "session" not in guest.id
+    assert access.visitor(SimpleNamespace(cookies={}, session_hash=session, username=None)) == guest
+    other = access.visitor(SimpleNamespace(cookies={}, session_hash="Another0ne", username=None))
+    assert other.id != guest.id
+
+
+@pytest.mark.parametrize("accounts", [{"auth": ["a:b"]}, {"auth_file": "accounts"}])
+def test_accounts_and_guests_together_are_refused_at_start_with_the_reason(accounts, tmp_path):
+    (tmp_path / "accounts").write_text("carol:c-pass\n")
+    with pytest.raises(AccessError, match="--allow-anonymous and --auth cannot be used together: ") as refused:
+        policy(allow_anonymous=True, **accounts)
+    assert "guests" in str(refused.value)
+    assert not (tmp_path / "outputs").exists()  # refused before anything was written
+
+
 def test_on_a_space_visitors_sign_in_with_hugging_face_and_operators_come_from_the_env(monkeypatch):
     monkeypatch.setenv("OMNI_STUDIO_OPERATORS", "ada, grace")
     rules = policy(SPACE_WITH_SIGN_IN)
@@ -97,7 +178,7 @@ def test_a_space_without_sign_in_lets_no_one_in_unless_guests_are_allowed(monkey
     ],
 )
 def test_going_public_needs_a_sign_in_guests_or_an_explicit_insecure(values, allowed, monkeypatch):
-    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)  # the outputs folder: the test's own (the fixture above)
     settings = StudioSettings(_env_file=None, **values)
     problem = exposure_problem(settings, AccessPolicy.from_settings(settings, NOT_A_SPACE))
     assert (problem is None) == allowed
