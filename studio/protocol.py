@@ -4,7 +4,8 @@ POST /v1/videos and /v1/videos/sync take a multipart form that fills a `VideoReq
 received form into it; the client turns one into the form). GET /v1/videos/{id}, and POST /v1/videos itself, answer
 a `JobRecord`; GET /v1/videos a `JobList`; DELETE a `JobDeleted`. Errors outside a job record come in vLLM's
 envelope, `ErrorResponse`. vLLM-Omni declares the same in its `protocol/videos.py`; where the embedded engine
-differs, docs/compatibility.md says so.
+differs, docs/compatibility.md says so. One difference is declared here: the keys of extra_params the engine takes
+(`EngineExtraParams`), where vLLM-Omni passes any key to its pipeline.
 """
 
 # Without `from __future__ import annotations`: pydantic then reads the field types as objects instead of compiling
@@ -27,7 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 # ---- defaults and limits ------------------------------------------------------------------------------------
 DEFAULT_FPS = 24
@@ -41,6 +42,7 @@ MIN_STEPS, MAX_STEPS = 1, 200
 MIN_GUIDANCE, MAX_GUIDANCE = 0.0, 20.0
 MAX_FLOW_SHIFT = 100.0
 MAX_SEED = 2**63 - 1  # the largest signed 64-bit integer, vLLM-Omni's bound
+MAX_SEQUENCE_LENGTH = 512  # text tokens a prompt is encoded to (Wan's and Cosmos' T5 default)
 SIZE_PATTERN = re.compile(r"^\d+x\d+$")
 SECONDS_PATTERN = re.compile(r"^[1-9]\d*$")
 GUARDRAIL_MARKERS = ("blocked by", "guardrail")
@@ -251,6 +253,72 @@ class VideoRequest(BaseModel):
         if self.input_reference is not None:
             data["input_reference"] = self.input_reference.name
         return data
+
+
+# ---- extra_params, as the embedded engine takes them --------------------------------------------------------
+# Names other servers give to form fields (the Cosmos Framework's body): in extra_params they repeat a field too.
+FORM_FIELD_ALIASES = {"shift": "flow_shift", "num_steps": "num_inference_steps", "guidance": "guidance_scale"}
+
+
+class EngineExtraParams(BaseModel):
+    """The keys of extra_params that the embedded engine takes, each with its type and bounds.
+
+    vLLM-Omni hands any key to its pipeline as-is, and the studio's request (`VideoRequest.extra_params`) sends
+    whatever it is given. The engine takes only these: a key that repeats a form field would pass the form's limits
+    and the guardrail (which checks the prompt field), and the pipeline's own arguments (latents, generator,
+    return_dict, ...) break it. Any other key is a 400 that names it (`of_request`).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    guardrails: bool = Field(
+        default=True,
+        description="False: the engine's guardrail does not check this request (none can be turned on for a server "
+        "started without them). The engine's own switch; never passed to the pipeline.",
+    )
+    max_sequence_length: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SEQUENCE_LENGTH,
+        description="Text tokens the prompt is encoded to, for a pipeline that takes it (Wan); such a request runs "
+        "alone, outside any batch.",
+    )
+    use_resolution_template: bool | None = Field(
+        default=None, description="Cosmos 3: add the resolution prompt suffix; for a pipeline that takes it."
+    )
+    use_duration_template: bool | None = Field(
+        default=None, description="Cosmos 3: add the duration prompt suffix; for a pipeline that takes it."
+    )
+
+    @classmethod
+    def of_request(cls, extra: Mapping[str, Any]) -> Self:
+        """The keys of a request's extra_params, checked. Raises ValidationError located at extra_params.KEY (so
+        that `ErrorResponse.invalid_request` answers 400 with param body.extra_params.KEY): for a key that repeats
+        a form field (use that field), a key not listed here, or a value out of its key's bounds."""
+        refused = [_refused_key(key, value) for key, value in extra.items() if key not in cls.model_fields]
+        if refused:
+            raise ValidationError.from_exception_data(cls.__name__, refused)
+        return _EngineExtraField.model_validate({"extra_params": dict(extra)}).extra_params
+
+    def pipeline_params(self) -> dict[str, Any]:
+        """The keys that go to the pipeline (where its call takes them): those sent, less the engine's own."""
+        return self.model_dump(exclude_none=True, exclude={"guardrails"})
+
+
+class _EngineExtraField(BaseModel):
+    """Validates EngineExtraParams where the form has it, so that an error is located at extra_params.KEY."""
+
+    extra_params: EngineExtraParams
+
+
+def _refused_key(key: str, value: object) -> InitErrorDetails:
+    field = key if key in VideoRequest.model_fields else FORM_FIELD_ALIASES.get(key)
+    if field is not None:
+        message = f"extra_params.{key} is a form field here: send the {field} form field instead"
+    else:
+        taken = ", ".join(EngineExtraParams.model_fields)
+        message = f"extra_params.{key} is not a key this server takes; extra_params may carry {taken}"
+    return {"type": _form_error(message), "loc": ("extra_params", key), "input": value}
 
 
 # ---- the job record -----------------------------------------------------------------------------------------

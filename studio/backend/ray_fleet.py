@@ -126,6 +126,9 @@ class ReplicaHost:
     def log_tail(self, lines: int) -> list[str]:
         return self.server.log_tail(lines)
 
+    def crash_lines(self, limit: int) -> list[str]:
+        return self.server.crash_lines(limit)
+
     def report(self) -> dict:
         """What the studio shows and routes by; a dict, so the studio need not unpickle this node's objects."""
         status = self.server.status()
@@ -263,6 +266,13 @@ class RayServer:
             return self._call("log_tail", lines, timeout_s=READ_TIMEOUT_S)
         except Exception:  # the actor is gone or restarting: its log file stays on its node
             return [f"[studio] the replica's Ray actor does not answer ({self.message})"]
+
+    def crash_lines(self, limit: int = 5) -> list[str]:
+        """The lines that explain the server's crash (ManagedServer.crash_lines), read on its node."""
+        try:
+            return self._call("crash_lines", limit, timeout_s=READ_TIMEOUT_S)
+        except Exception:  # the actor is gone or restarting: it says nothing of why
+            return []
 
     def on_exit(self, callback: Callable[[RayServer], None]) -> None:
         """Called (from a watch thread) when the server or its actor dies without being asked to stop."""

@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -90,6 +91,33 @@ _HANDED_PORTS: deque[int] = deque(maxlen=64)
 # (Python's OSError and uvicorn's message, compared in lower case).
 _PORT_TAKEN = "address already in use"
 _PORT_CLASH_RETRIES = 2
+# What a server writes that never explains why it ended: info and debug records (uvicorn's "INFO:", Python
+# logging's "2026-... INFO name:", vLLM's "(EngineCore pid=1) INFO 12-01 ..."), progress bars, and Python
+# warnings (the warning's line, then the source line it quotes, indented).
+_ROUTINE_RECORD = re.compile(r"^(?:\([^)]*\)\s*)?[^A-Za-z]*(?:INFO|DEBUG)\b")
+_PROGRESS_BAR = re.compile(r"\d+%\|")
+_PYTHON_WARNING = re.compile(r"^\S.*:\d+: [A-Z]\w*Warning: ")
+_TRACEBACK = "Traceback (most recent call last):"
+_STUDIO_LINE = "[studio] "  # the studio's own lines in the log
+
+
+def explaining_lines(lines: list[str], limit: int) -> list[str]:
+    """Of what a server wrote (oldest first), the last `limit` lines that can explain why it ended: its last
+    traceback, else what is left once routine lines (and the studio's own) are dropped."""
+    kept: list[str] = []
+    quoting_warning = False
+    for line in lines:
+        if quoting_warning and line[:1].isspace():  # the source line a warning quotes
+            quoting_warning = False
+            continue
+        quoting_warning = bool(_PYTHON_WARNING.match(line))
+        routine = _ROUTINE_RECORD.match(line) or _PROGRESS_BAR.search(line) or line.startswith(_STUDIO_LINE)
+        if not (quoting_warning or routine or not line.strip()):
+            kept.append(line)
+    starts = [index for index, line in enumerate(kept) if _TRACEBACK in line]
+    if starts:
+        kept = kept[starts[-1] :]
+    return kept[-limit:] if limit > 0 else []
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -155,6 +183,8 @@ class ManagedServer:
         self.init_timeout_s = init_timeout_s
         self.health_path = health_path
         self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._lines_written = 0  # lines appended to the tail since the start
+        self._lines_at_ready: int | None = None  # how many there were when the server became ready
         self._lock = threading.RLock()
         self._proc: _Process | None = None
         self._spec: LaunchSpec | None = None
@@ -198,6 +228,17 @@ class ManagedServer:
         with self._lock:
             return list(self._tail)[-lines:]
 
+    def crash_lines(self, limit: int = 5) -> list[str]:
+        """The lines of its log that explain why it ended, for a crash reason: of those written after it became
+        ready, its last traceback, else its lines that are not routine (`explaining_lines`); never its start-up
+        banner (command, model path, port, warnings). Empty where it wrote none (killed by a signal)."""
+        with self._lock:
+            if self._lines_at_ready is None:
+                return []
+            since_ready = min(self._lines_written - self._lines_at_ready, len(self._tail))
+            lines = list(self._tail)[len(self._tail) - since_ready :]
+        return explaining_lines(lines, limit)
+
     def on_exit(self, callback: Callable[[ManagedServer], None]) -> None:
         """Called (from a reader thread) when the process ends without being asked to stop."""
         self._exit_callbacks.append(callback)
@@ -218,6 +259,7 @@ class ManagedServer:
             self._spec, self.port = spec, port
             self._secrets = [spec.env[name] for name in spec.secret_env if spec.env.get(name)]
             self._tail.clear()
+            self._lines_written, self._lines_at_ready = 0, None
             self.exit_code, self.ready_at, self.message = None, None, ""
             self.started_at = time.time()
             self.state = ServerState.STARTING
@@ -293,6 +335,9 @@ class ManagedServer:
                 with self._lock:
                     if self.state is ServerState.STARTING:
                         self.state, self.ready_at = ServerState.READY, time.time()
+                        # Start-up lines the reader has yet to take from the pipe still count as after this;
+                        # crash_lines leaves them out as routine.
+                        self._lines_at_ready = self._lines_written
                         self.message = f"ready in {self.ready_at - (self.started_at or 0):.1f} s"
                 return
         self.stop()
@@ -364,6 +409,7 @@ class ManagedServer:
         line = self._redact(line)
         with self._lock:
             self._tail.append(line)
+            self._lines_written += 1
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with self.log_path.open("a", encoding="utf-8") as handle:

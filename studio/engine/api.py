@@ -26,7 +26,7 @@ from studio.engine.generation import GenerationParams
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
 from studio.engine.warmup import Warmup
-from studio.protocol import ErrorResponse, JobDeleted, JobList, JobStatus, VideoRequest
+from studio.protocol import EngineExtraParams, ErrorResponse, JobDeleted, JobList, JobStatus, VideoRequest
 
 
 class ApiError(Exception):
@@ -91,8 +91,11 @@ def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
     if request.has_reference:
         raise ApiError(400, "this model is text-to-video only: image and video references are not supported")
 
-    extra = dict(request.extra_params)
-    guardrails = extra.pop("guardrails", True)  # the engine's, not the pipeline's
+    # vLLM-Omni hands every extra key to its pipeline; the engine takes only the keys it lists, within bounds.
+    try:
+        extra = EngineExtraParams.of_request(request.extra_params)
+    except ValidationError as exc:
+        raise ApiError.invalid_request(exc) from None
     num_frames = request.requested_frames
     # Rounded up to 4k+1 as the temporal VAE needs (as Cosmos 3 does); the finished record counts the output.
     if (num_frames - 1) % 4:
@@ -107,9 +110,9 @@ def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
         guidance_scale=state.default_guidance if request.guidance_scale is None else request.guidance_scale,
         seed=secrets.randbelow(2**32) if request.seed is None else request.seed,
         flow_shift=request.flow_shift,
-        extra=extra,
+        extra=extra.pipeline_params(),
     )
-    return ParsedForm(request=request, params=params, guardrails=guardrails, size_sent=values.get("size"))
+    return ParsedForm(request=request, params=params, guardrails=extra.guardrails, size_sent=values.get("size"))
 
 
 class BearerKeyMiddleware:

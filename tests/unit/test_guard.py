@@ -1,3 +1,5 @@
+import pytest
+
 from studio.config import DEFAULT_BLOCKLIST
 from studio.engine.guard import TextGuard
 
@@ -15,3 +17,57 @@ def test_default_blocklist_loads_and_ignores_comments():
     guard = TextGuard.from_file(DEFAULT_BLOCKLIST)
     assert guard.terms and all(not term.startswith("#") for term in guard.terms)
     assert guard.check("a red circle moving left").allowed
+
+
+# ---- look-alike and invisible characters ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "go\u00adre",  # a soft hyphen inside the word
+        "go\u200bre",  # a zero-width space
+        "g\u200do\u2060r\ufeffe",  # zero-width joiner, word joiner, byte-order mark
+        "g\u043ere",  # Cyrillic о
+        "g\u03bfre",  # Greek omicron
+        "GOR\u0415",  # Cyrillic capital Е
+        "G\u039fRE",  # Greek capital Omicron
+        "\uff47\uff4f\uff52\uff45",  # fullwidth ｇｏｒｅ
+        "\U0001d420\U0001d428\U0001d42b\U0001d41e",  # mathematical bold 𝐠𝐨𝐫𝐞
+        "g\u0335o\u0335r\u0335e\u0335",  # combining overlays that compose with nothing
+        "\u0261ore",  # Latin small script g
+        "a scene full of g\u043e\u200bre",
+        "bomb\u2010making",  # Unicode hyphen in a hyphenated term
+        "self\u2011harm",  # non-breaking hyphen
+        "terrorist\u00a0attack",  # no-break space
+    ],
+)
+def test_look_alike_and_invisible_characters_do_not_get_around_the_blocklist(prompt):
+    verdict = TextGuard.from_file(DEFAULT_BLOCKLIST).check(prompt)
+    assert not verdict.allowed, prompt
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "a gorgeous sunset over the sea",
+        "a gorilla in a forest",
+        "a bomber jacket on a chair",
+        "an ultrasound",
+        "Hamburg at night",
+        "a red circle moving left on a white background",
+        "crème brûlée in a café",
+        "bu resme göre bir kedi",  # Turkish "according to": a letter with its diacritic is another letter
+        "привет мир, горы и море",  # Cyrillic text stays Cyrillic where it is no look-alike of a term
+        "καλημέρα κόσμε",
+        "日本の夏祭り",
+        "a zero\u200bwidth space between two harmless words",
+    ],
+)
+def test_ordinary_text_in_any_script_is_still_allowed(prompt):
+    verdict = TextGuard.from_file(DEFAULT_BLOCKLIST).check(prompt)
+    assert verdict.allowed, (prompt, verdict.term)
+
+
+def test_terms_written_with_look_alikes_match_plain_prompts():
+    guard = TextGuard(["g\u043ere", "\uff4e\uff41\uff5a\uff49"])
+    assert not guard.check("gore").allowed and not guard.check("NAZI").allowed
+    assert guard.check("a gorgeous nazirite").allowed

@@ -10,7 +10,9 @@ from studio.protocol import (
     DEFAULT_SECONDS,
     DEFAULT_WIDTH,
     MAX_FRAMES,
+    MAX_SEQUENCE_LENGTH,
     MAX_SIDE,
+    EngineExtraParams,
     ErrorResponse,
     JobList,
     JobRecord,
@@ -202,3 +204,100 @@ def test_each_engine_takes_the_image_its_contract_takes(engine, upload, url, tmp
     with_url = RunSpec(prompts=["a cat"], image_url="https://img.example/cat.png")
     assert (with_upload.image_refusal(engine), with_url.image_refusal(engine)) == (upload, url)
     assert RunSpec(prompts=["a cat"]).image_refusal(engine) is None
+
+
+# ---- extra_params: anything to vLLM-Omni, only the listed keys to the embedded engine ----------------------
+def test_the_client_still_sends_any_extra_params_key_as_given():
+    """vLLM-Omni passes any key to its pipeline: the studio's request keeps them, and sends them unchanged."""
+    extra = {"guardrails": False, "use_resolution_template": True, "condition_video_keep": 3, "shift": 5.0}
+    request = VideoRequest(prompt="a cat", extra_params=extra)
+    assert json.loads(request.form_fields()["extra_params"]) == extra
+    assert VideoRequest.model_validate(VideoRequest.form_values(request.form_fields())).extra_params == extra
+
+
+def test_the_engine_takes_the_keys_the_studio_sends():
+    (request,) = RunSpec(prompts=["a cat"], guardrails=False).build_requests()
+    taken = EngineExtraParams.of_request(request.extra_params)
+    assert taken.guardrails is False and taken.pipeline_params() == {}
+    assert EngineExtraParams.of_request({}).guardrails is True
+    taken = EngineExtraParams.of_request(
+        {"max_sequence_length": 64, "use_resolution_template": True, "use_duration_template": False}
+    )
+    assert taken.guardrails is True
+    assert taken.pipeline_params() == {
+        "max_sequence_length": 64,
+        "use_resolution_template": True,
+        "use_duration_template": False,
+    }
+
+
+def refusal(extra: dict) -> tuple[str | None, str]:
+    with pytest.raises(ValidationError) as refused:
+        EngineExtraParams.of_request(extra)
+    error = ErrorResponse.invalid_request(refused.value).error
+    assert (error.code, error.type) == (400, "Bad Request")
+    return error.param, error.message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("num_frames", 1500, "num_frames"),
+        ("num_inference_steps", 300, "num_inference_steps"),
+        ("prompt", "gore", "prompt"),
+        ("negative_prompt", "x", "negative_prompt"),
+        ("guidance_scale", 50, "guidance_scale"),
+        ("seed", -1, "seed"),
+        ("height", 100000, "height"),
+        ("width", 16, "width"),
+        ("size", "32x32", "size"),
+        ("fps", 1000, "fps"),
+        ("flow_shift", 1e9, "flow_shift"),
+        ("shift", 1e9, "flow_shift"),  # the Cosmos Framework's name for it
+        ("num_steps", 300, "num_inference_steps"),
+        ("guidance", 50, "guidance_scale"),
+    ],
+)
+def test_the_engine_refuses_a_form_field_in_extra_params_and_names_the_form_field(key, value, field):
+    param, message = refusal({"guardrails": True, key: value})
+    assert param == f"body.extra_params.{key}"
+    assert message.startswith(f"extra_params.{key} ") and f"the {field} form field" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("return_dict", False),
+        ("latents", "x"),
+        ("generator", 1),
+        ("output_type", "pt"),
+        ("callback_on_step_end", "x"),
+        ("prompt_embeds", [1, 2]),
+        ("num_videos_per_prompt", 64),
+        ("__class__", 1),
+    ],
+)
+def test_the_engine_refuses_a_key_it_does_not_take_and_names_it(key, value):
+    param, message = refusal({key: value})
+    assert param == f"body.extra_params.{key}"
+    assert message.startswith(f"extra_params.{key} is not a key")
+    assert all(name in message for name in EngineExtraParams.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("max_sequence_length", 0, "greater than or equal to 1"),
+        ("max_sequence_length", MAX_SEQUENCE_LENGTH + 1, f"less than or equal to {MAX_SEQUENCE_LENGTH}"),
+        ("max_sequence_length", "64", "valid integer"),
+        ("max_sequence_length", 64.5, "valid integer"),
+        ("max_sequence_length", True, "valid integer"),
+        ("use_resolution_template", "yes", "valid boolean"),
+        ("use_duration_template", 1, "valid boolean"),
+        ("guardrails", None, "valid boolean"),
+    ],
+)
+def test_a_key_the_engine_takes_is_checked_against_its_bounds(key, value, words):
+    param, message = refusal({key: value})
+    assert param == f"body.extra_params.{key}"
+    assert message.startswith(f"extra_params.{key}: ") and words in message
