@@ -54,7 +54,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studio.engine.generation import GenerationParams  # noqa: E402
+from studio.engine.generation_types import GenerationParams  # noqa: E402
 from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
@@ -716,7 +716,7 @@ def summarise_layouts(layouts: dict[str, Any]) -> dict[str, Any]:
 def start_probe(args: argparse.Namespace) -> int:
     """One engine start of a layout (a process of its own): load, warm each tier at batch 1, report when it
     was ready; with --probe-measure, then one request at a time at each tier. Prints PROBE_RESULT {json}."""
-    from studio.engine.compile_cache import CompileCache, cache_key
+    from studio.engine.gpu.compile_cache import CompileCache, cache_key
     from studio.engine.parallel import ParallelSettings
 
     cfg, ulysses, split_decode = parse_layout(args.probe_layout)

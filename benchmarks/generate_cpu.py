@@ -77,7 +77,7 @@ def main() -> int:
 
     import torch
 
-    from studio.engine.generation import GenerationParams
+    from studio.engine.generation_types import GenerationParams
     from studio.engine.generator import VideoGenerator
     from studio.media import encode_mp4
 

@@ -11,7 +11,7 @@ then:
 - the SM clock and power the GPU reports (nvidia-smi) during the products and during the forwards: whether a
   forward runs at the clocks the matrix-product rate was measured at;
 - each of --variants: the same forward as the engine would run it with and without its own kernels
-  (studio.engine.kernels), side by side; and each of those kernels checked against plain torch.
+  (studio.engine.gpu.kernels), side by side; and each of those kernels checked against plain torch.
 
     python benchmarks/profile_gpu.py --out DIR
     python benchmarks/profile_gpu.py --out DIR --variants plain,fused,tuned-pointwise
@@ -206,7 +206,7 @@ def kernel_trace(forward: Any, inputs: tuple[torch.Tensor, ...], count: int) -> 
 def configure(generator: VideoGenerator, variant: str) -> None:
     """Apply `variant` to the generator's loaded transformer and compile its blocks again. Variants add up, in
     the order given: `plain` (as the engine loads it without its own kernels), `fused` (the engine's kernels,
-    studio.engine.kernels), `tuned-pointwise` (the compiler also times the block sizes of its fused kernels)."""
+    studio.engine.gpu.kernels), `tuned-pointwise` (the compiler also times the block sizes of its fused kernels)."""
     transformer = generator.pipe.transformer
     if variant == "fused":
         generator.gpu.install_kernels(generator.pipe)
@@ -226,7 +226,7 @@ def configure(generator: VideoGenerator, variant: str) -> None:
 def kernel_checks(tokens: int = 14040, channels: int = 1536, heads: int = 12) -> dict[str, Any]:
     """Each engine kernel against the plain torch arithmetic it stands for, on random data at the 480p shape:
     largest difference relative to the largest reference value."""
-    from studio.engine import kernels
+    from studio.engine.gpu import kernels
 
     def rel(a: torch.Tensor, b: torch.Tensor) -> float:
         return round(((a.float() - b.float()).abs().max() / b.float().abs().max()).item(), 6)

@@ -138,7 +138,7 @@ class RunnerSource:
 
     def __init__(self, model: str, device: str, threads: int | None, steps: int, guidance: float) -> None:
         import studio.smallmodel  # noqa: F401  registers OmniSmallT2VPipeline with diffusers
-        from studio.engine.generation import GenerationParams
+        from studio.engine.generation_types import GenerationParams
         from studio.engine.generator import VideoGenerator
 
         self._params = GenerationParams

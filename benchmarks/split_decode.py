@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 from studio.engine.frames import to_uint8_tensor  # noqa: E402
 from studio.engine.parallel.layout import RankLayout  # noqa: E402
 from studio.engine.parallel.split_decode import decoder_halo, plan_strips, split_frames  # noqa: E402
-from studio.engine.vae_decode import conv_weights_channels_last, vae_conv_flags, vae_decode_chunks  # noqa: E402
+from studio.engine.vae_chunks import vae_decode_chunks  # noqa: E402
+from studio.engine.vae_decode import conv_weights_channels_last, vae_conv_flags  # noqa: E402
 
 TIERS = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}
 

@@ -1,13 +1,14 @@
 """Settings of the studio and of its embedded engine, each declared once: its default, its bounds and its help.
 
 Read from flags, then env (OMNI_STUDIO_* / OMNI_STUDIO_ENGINE_*), then `.env`. The command-line flags are built
-from these fields (studio/cli/flags.py): a field's flag is its name in kebab case unless `json_schema_extra`
+from these fields (studio/settings_flags.py): a field's flag is its name in kebab case unless `json_schema_extra`
 names others under "flags"; a list takes one comma-separated value unless it says "repeat".
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -36,6 +37,12 @@ Device = Literal["auto", "cpu", "cuda"]
 ServerOptionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 # Words for "the server's own default" in a lever that names a choice: the lever is then not passed at all.
 SERVER_DEFAULT_WORDS = frozenset({"", "off", "none", "auto", "default"})
+
+
+# The most in-flight slots (and per-visitor requests in flight) a studio may be given, and the most requests a
+# visitor may queue, make in an hour, or put in one run.
+MAX_IN_FLIGHT_SLOTS = 1024
+MAX_QUEUED_REQUESTS = 100_000
 
 
 def _flags(*names: str) -> dict[str, object]:
@@ -222,23 +229,39 @@ class StudioSettings(BaseSettings):
     )
 
     # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
-    # Operators are held to none of the per-visitor limits.
+    # Operators are held to none of the per-visitor limits. The upper bounds are far beyond any real studio's; they
+    # keep a mistyped value (1e12) from being taken as a setting.
     in_flight_slots: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_IN_FLIGHT_SLOTS,
         description="requests at the servers at once, all visitors together; the rest wait in the studio and get "
         "the free slots in turn, visitor by visitor (default: 8 per server)",
     )
     visitor_max_in_flight: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_IN_FLIGHT_SLOTS,
         description="requests one visitor may have at the servers at once (default: no limit beyond the slots)",
     )
     visitor_max_queued: int = Field(
-        default=64, ge=1, description="requests one visitor may have waiting in the studio, not yet sent"
+        default=64,
+        ge=1,
+        le=MAX_QUEUED_REQUESTS,
+        description="requests one visitor may have waiting in the studio, not yet sent",
     )
     visitor_max_videos_per_hour: int | None = Field(
-        default=None, ge=1, description="requests one visitor may make in an hour (default: no limit)"
+        default=None,
+        ge=1,
+        le=MAX_QUEUED_REQUESTS,
+        description="requests one visitor may make in an hour (default: no limit)",
+    )
+    # Everyone, operators too: a run is held in memory, in history and on the page as a whole, and cancelled as one.
+    max_run_requests: int = Field(
+        default=1000,
+        ge=1,
+        le=MAX_QUEUED_REQUESTS,
+        description="requests one run may have (prompts x copies), for every visitor and operator alike",
     )
     cancel_unsent_on_close: bool = Field(
         default=True,
@@ -343,6 +366,17 @@ class StudioSettings(BaseSettings):
         return self.api_key.get_secret_value() if self.api_key else None
 
 
+def with_engine_key(settings: StudioSettings) -> StudioSettings:
+    """The settings a managed engine (the embedded one, or vLLM-Omni started by the studio) is started with: where
+    the user gave no API key, a random one made now (a new one at each call), so that its server answers the studio
+    alone and no other local process lists or downloads the visitors' videos. The studio hands it to the server
+    through VLLM_API_KEY in its environment, as a given key, and uses it in its own clients; it is never printed nor
+    put on a command line. Settings of servers the studio does not start, or with a key, are returned as they are."""
+    if settings.api_key is not None or settings.engine not in MANAGED_ENGINES:
+        return settings
+    return settings.model_copy(update={"api_key": SecretStr(secrets.token_urlsafe(32))})
+
+
 def load_settings(**overrides: object) -> StudioSettings:
     """Settings with CLI overrides; None means "not given" and leaves env or default in place."""
     return StudioSettings(**{key: value for key, value in overrides.items() if value is not None})
@@ -390,7 +424,7 @@ class EngineSettings(BaseSettings):
     max_kept_jobs: int = Field(default=1000, ge=1, description="finished jobs kept for polling and download")
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="log verbosity")
 
-    # Batching and the GPU path (see studio/engine/jobs.py, generator.py and gpu_setup.py).
+    # Batching and the GPU path (see studio/engine/jobs.py, generator.py and gpu/gpu_setup.py).
     max_batch: int | None = Field(
         default=None, ge=1, le=64, description="jobs of one shape per denoising loop (default: 8 on a GPU, 1 on CPU)"
     )

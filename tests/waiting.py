@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,10 +27,35 @@ def wait_for(
     deadline = time.monotonic() + timeout_s
     while not (value := condition()):
         if time.monotonic() >= deadline:
-            message = f"timed out after {timeout_s:g} s waiting for {what}"
-            raise AssertionError(f"{message}: {detail()}" if detail is not None else message)
+            raise AssertionError(_timed_out(what, timeout_s, detail))
         time.sleep(poll_s)
     return value
+
+
+async def wait_for_async(
+    condition: Callable[[], T | Awaitable[T]],
+    what: str,
+    timeout_s: float,
+    poll_s: float = 0.05,
+    detail: Callable[[], str] | None = None,
+) -> T:
+    """`wait_for` inside an event loop: between asks it awaits `asyncio.sleep(poll_s)` (0 only lets the other
+    tasks run), so the loop's other tasks go on. `condition` may be a coroutine function: its result is awaited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(_timed_out(what, timeout_s, detail))
+        await asyncio.sleep(poll_s)
+
+
+def _timed_out(what: str, timeout_s: float, detail: Callable[[], str] | None) -> str:
+    message = f"timed out after {timeout_s:g} s waiting for {what}"
+    return f"{message}: {detail()}" if detail is not None else message
 
 
 def log_tail(log: Path, chars: int = 3000) -> str:

@@ -40,8 +40,7 @@ from studio.backend.bench_fleets import (
 from studio.backend.client import server_root
 from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
 from studio.backend.cosmos_framework_client import LATENCY_ONLY
-from studio.backend.engine_warmup import wait_until_warm
-from studio.backend.engines import URL_ENGINES, client_class_for
+from studio.backend.engine_kinds import URL_ENGINES, client_class_for
 from studio.backend.launchers import LaunchError
 from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.pareto_plot import pareto_figure
@@ -49,6 +48,7 @@ from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run
 from studio.backend.server_metrics import scrape
+from studio.backend.server_warmup import wait_until_warm
 from studio.backend.spec import MAX_CONCURRENCY, RunSpec
 from studio.backend.stats import LatencySummary, summarize
 from studio.backend.store import OutputStore

@@ -21,7 +21,7 @@ from studio.backend.layouts import Layout, LayoutError, layout_settings, plan_la
 from studio.backend.ray_fleet import RayServer, ray_fleet, replica_resources
 from studio.backend.supervisor import ManagedServer
 from studio.backend.variants import Variant, check_variants, serve_args, variants_of
-from studio.config import StudioSettings
+from studio.config import StudioSettings, with_engine_key
 
 # On Ray: how long a fleet waits for Ray to place all its replicas (other work on the cluster holding its GPUs)
 # before it is reported as not started; Ray itself would wait for ever.
@@ -113,7 +113,8 @@ def plan_bench(settings: StudioSettings, config: BenchConfig, found: list[str] |
     fleets = []
     for layout in layouts:
         for variant in variants:
-            varied = settings.model_copy(update={"extra_serve_args": serve_args(settings, variant)})
+            # Each fleet's servers answer the bench alone: with the user's key, else a random one of its own.
+            varied = with_engine_key(settings.model_copy(update={"extra_serve_args": serve_args(settings, variant)}))
             replicas = plan_layout(varied, layout, found)
             fleets.append(Fleet(layout, variant, layout_settings(varied, layout), replicas))
     return fleets
@@ -266,7 +267,7 @@ def _plan_on_ray(settings: StudioSettings, config: BenchConfig) -> list[Fleet]:
     fleets = []
     for layout in layouts:
         for variant in variants:
-            varied = settings.model_copy(update={"extra_serve_args": serve_args(settings, variant)})
+            varied = with_engine_key(settings.model_copy(update={"extra_serve_args": serve_args(settings, variant)}))
             fleet_settings = layout_settings(varied, layout)
             # As ray_fleet gives each actor: Ray picks the GPUs and the node picks the port.
             one = fleet_settings.model_copy(update={"replicas": 1, "gpus": None, "server_port": None})

@@ -2,17 +2,27 @@
 endpoint pool, the output store and the runs. The CLI and the page both drive this; it imports no UI.
 
 A managed fleet is made one replica at a time (on this machine, or as Ray actors); with --replicas-min and
---replicas-max a loop adds and takes out replicas as the queue asks (autoscale.py), while runs go on.
+--replicas-max a loop adds and takes out replicas as the queue asks (autoscale.py), while runs go on. Where the user
+gave no API key, a managed fleet gets a random one at each start (config.with_engine_key), so that its servers
+answer the studio alone.
+
+What an earlier studio left at servers is followed up as the studio starts (start), on an event loop of the
+controller's own: whoever's loop the page or the CLI runs, nothing waits for a page to open.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
+from pydantic import SecretStr
 from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
 from studio import tiers
@@ -27,7 +37,7 @@ from studio.backend.autoscale import (
 )
 from studio.backend.board import RequestBoard
 from studio.backend.client import load_sdk, server_root
-from studio.backend.engines import client_class_for
+from studio.backend.engine_kinds import client_class_for
 from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
 from studio.backend.fleet import LocalReplicas, ReplicaMaker
 from studio.backend.recovery import leftovers_to_follow
@@ -38,7 +48,7 @@ from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus
 from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
-from studio.config import StudioSettings
+from studio.config import StudioSettings, with_engine_key
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +71,58 @@ def _whereabouts(server: ManagedServer) -> str:
     return f" on {', '.join(parts)}" if parts else ""
 
 
-# What the operator may change while the studio serves: how visitors share the servers.
+# What the operator may change while the studio serves: how visitors share the servers, and how large a run may be.
 SHARING_FIELDS = (
     "in_flight_slots",
     "visitor_max_in_flight",
     "visitor_max_queued",
     "visitor_max_videos_per_hour",
     "cancel_unsent_on_close",
+    "max_run_requests",
 )
+
+
+class RunTooLarge(RuntimeError):
+    """A run of more requests than max_run_requests (operators' runs too); the message names the setting."""
+
+
+def _model_name(served: str) -> str:
+    """A served model as a visitor may see it: its last name, not the folder or hub path it was loaded from."""
+    return served.rstrip("/").rsplit("/", 1)[-1] or served
+
+
+# Event loops of closed controllers, stopped with the follow-ups they still held: kept, so that those are neither run
+# further nor collected (either would settle requests that the next studio is to follow up from history).
+_STOPPED_LOOPS: list[asyncio.AbstractEventLoop] = []
+
+
+_SDK_LOCK = threading.Lock()
+
+
+def _load_sdk() -> None:
+    """load_sdk, one thread at a time: the SDK is a lazily loaded module, which two threads must not load at once
+    (the second sees it half made)."""
+    with _SDK_LOCK:
+        load_sdk()
+
+
+class _OwnLoop:
+    """An event loop of the controller's own, on a daemon thread: for the work it starts by itself (the follow-up of
+    an earlier studio's requests), whichever loop the page or the CLI runs on."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="studio-follow-up", daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Coroutine[Any, Any, int]) -> concurrent.futures.Future[int]:
+        return asyncio.run_coroutine_threadsafe(work, self.loop)
+
+    def stop(self) -> None:
+        """Stops it where it is: what it still follows stays as history has it, for the next studio to follow up."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        _STOPPED_LOOPS.append(self.loop)
 
 
 class StudioController:
@@ -97,10 +151,14 @@ class StudioController:
         lost = self.store.mark_unfinished_lost()
         if lost:
             log.warning("%d requests of an earlier studio never reached a server; marked lost", lost)
-        # What an earlier studio left at servers, read before this one sends anything: followed up later
+        # What an earlier studio left at servers, read before this one sends anything: followed up as it starts
         # (resume_unfinished), never mixed with this studio's own requests in flight by then.
         self._leftovers = self.store.resumable()
-        self._resumed = False
+        self._follow_up: concurrent.futures.Future[int] | None = None
+        self._follow_up_lock = threading.Lock()
+        self._own_loop: _OwnLoop | None = None
+        # The key a managed fleet was started with where the user gave none (made at each start of a fleet).
+        self._engine_key: SecretStr | None = None
         self._auto_restarts: deque[float] = deque()  # when the studio restarted a crashed server itself
         self.auto_restart_note: str | None = None  # the last auto-restart, for the page
         self._replicas: ReplicaMaker | None = None  # makes and ends the managed fleet's replicas
@@ -125,12 +183,17 @@ class StudioController:
 
     def start(self, wait: bool = True) -> None:
         """Start the managed server (or attach to remote ones) and build the endpoint pool. The SDK client is
-        warmed meanwhile, so that the first request does not count its import as queue wait."""
+        warmed meanwhile, so that the first request does not count its import as queue wait. What an earlier studio
+        left at servers is followed up meanwhile (once per studio process)."""
         self.start_error = None
+        self._begin_follow_up()  # it needs no server of this studio's (and loads the SDK first, as below)
         with self._lock:
             if self.managed:
                 if not self.servers:
-                    self._replicas = self._replica_maker()
+                    # A fleet of its own: with the user's key, else a new random one its servers and clients share.
+                    keyed = with_engine_key(self.settings)
+                    self._engine_key = keyed.api_key if self.settings.api_key is None else None
+                    self._replicas = self._replica_maker(keyed)
                     self.layout = self._replicas.layout
                     self.servers = [self._replicas.new() for _ in range(self.settings.replicas)]
                     for replica in self.servers:
@@ -140,14 +203,14 @@ class StudioController:
             else:
                 if not self.settings.remote_urls:
                     raise ValueError(f"remote engine: give at least one server URL ({REMOTE_URLS_WHERE})")
-                load_sdk()
+                _load_sdk()
                 self._attach([server_root(url) for url in self.settings.remote_urls])
                 return
         # Side by side: every replica is on its way before the studio waits for the first.
         for server in servers:
             if server.state not in (ServerState.STARTING, ServerState.READY):  # else started by the caller
                 server.start(wait=False)
-        load_sdk()  # while the servers start: the two share no work
+        _load_sdk()  # while the servers start: the two share no work
         if wait:
             for server in servers:
                 server.wait_ready()
@@ -155,13 +218,13 @@ class StudioController:
         if self.scaling is not None:
             self.scaling.start()
 
-    def _replica_maker(self) -> ReplicaMaker:
-        if self.settings.cluster == "ray":
+    def _replica_maker(self, settings: StudioSettings) -> ReplicaMaker:
+        if settings.cluster == "ray":
             # Imported here: Ray is an optional extra, and a studio on one machine never loads it.
             from studio.backend.ray_fleet import RayReplicas
 
-            return RayReplicas(self.settings, self.store.logs_dir)
-        return LocalReplicas(self.settings, self.store.logs_dir)
+            return RayReplicas(settings, self.store.logs_dir)
+        return LocalReplicas(settings, self.store.logs_dir)
 
     def _attach(self, urls: list[str]) -> None:
         pool = EndpointPool.from_urls(
@@ -171,9 +234,16 @@ class StudioController:
         self.served_model = next(iter(pool.served_models()), None)
         self.pool = pool
 
+    def _api_key(self) -> str | None:
+        """The key the studio's clients send: the user's, else the one its managed fleet was started with."""
+        given = self.settings.api_key_value()
+        if given or not self.managed or self._engine_key is None:
+            return given
+        return self._engine_key.get_secret_value()
+
     def _client_options(self) -> dict:
         return {
-            "api_key": self.settings.api_key_value(),
+            "api_key": self._api_key(),
             "http_timeout_s": self.settings.http_timeout_s,
             "poll_interval_s": self.settings.poll_interval_s,
         }
@@ -218,6 +288,7 @@ class StudioController:
                 self._replicas.retire(server)  # on Ray: the actors end, and their GPUs go to the new fleet
         with self._lock:
             self._replicas = None
+            self._engine_key = None  # the next fleet gets a key of its own
             self.scaling = None
             self.settings = settings
             self.servers = []
@@ -248,15 +319,23 @@ class StudioController:
             if not run.finished:
                 run.resubmit_unstarted = self.managed and bool(on)
 
-    def engine_summary(self) -> str:
-        """One line for the page: which engine, and whether it can take work."""
-        serving = f", serving {self.served_model}" if self.served_model else ""
+    def engine_summary(self, for_operator: bool = True) -> str:
+        """One line for the page: which engine, and whether it can take work. For operators it says where (server
+        addresses, the layout) and why (start errors, a crash's message); `for_operator=False` gives the same state
+        without addresses, ports, paths or error text: what every visitor's page may show (public_summary)."""
+        served = self.served_model if for_operator or not self.served_model else _model_name(self.served_model)
+        serving = f", serving {served}" if served else ""
+        engine = self.settings.engine
         if not self.managed:
-            urls = ", ".join(self.settings.remote_urls)
-            kind = "Cosmos Framework servers" if self.settings.engine == "cosmos-framework" else "remote servers"
-            return f"{kind}: {urls}{serving}" if self.pool else f"{kind}: not attached"
+            kind = "Cosmos Framework servers" if engine == "cosmos-framework" else "remote servers"
+            if self.pool is None:
+                return f"{kind}: not attached"
+            where = ", ".join(self.settings.remote_urls) if for_operator else f"{len(self.pool.endpoints)} attached"
+            return f"{kind}: {where}{serving}"
         if self.start_error:
-            return f"{self.settings.engine} engine failed to start: {self.start_error}"
+            if not for_operator:
+                return f"{engine} engine: failed to start (an operator can see why)"
+            return f"{engine} engine failed to start: {self.start_error}"
         if len(self.servers) > 1 or (self.settings.scales and self.servers):
             states = [server.state for server in self.servers]
             ready = states.count(ServerState.READY)
@@ -265,22 +344,27 @@ class StudioController:
                 for state in ServerState
                 if state in states and state is not ServerState.READY
             )
-            return (
-                f"{self.settings.engine} engine: {self.layout}: {ready} of {len(states)} ready"
-                + (f" ({others})" if others else "")
-                + serving
+            layout = (
+                f"{self.layout}: {ready} of {len(states)} ready"
+                if for_operator
+                else (f"{ready} of {len(states)} replicas ready")
             )
+            return f"{engine} engine: {layout}" + (f" ({others})" if others else "") + serving
         status = self.server_status()
         if status is None:
-            return f"{self.settings.engine} engine: not started"
+            return f"{engine} engine: not started"
         if status.state is ServerState.STARTING:
-            return f"{self.settings.engine} engine: starting ({status.starting_for_s or 0:.0f} s)"
+            return f"{engine} engine: starting ({status.starting_for_s or 0:.0f} s)"
         if status.state is ServerState.READY:
-            return (
-                f"{self.settings.engine} engine: ready at {status.url}{serving} "
-                f"(started in {status.startup_s or 0:.1f} s)"
-            )
-        return f"{self.settings.engine} engine: {status.state} {status.message}"
+            where = f" at {status.url}" if for_operator else ""
+            return f"{engine} engine: ready{where}{serving} (started in {status.startup_s or 0:.1f} s)"
+        return (
+            f"{engine} engine: {status.state} {status.message}" if for_operator else f"{engine} engine: {status.state}"
+        )
+
+    def public_summary(self) -> str:
+        """The engine's state for every visitor's page: engine_summary without addresses, ports or paths."""
+        return self.engine_summary(for_operator=False)
 
     def server_status(self) -> ServerStatus | None:
         return self.server.status() if self.server else None
@@ -450,9 +534,19 @@ class StudioController:
         # A fleet takes work while any replica does: the router sends it there.
         return self.pool is not None and any(server.state is ServerState.READY for server in self.servers)
 
+    def check_run_size(self, spec: RunSpec) -> None:
+        """Raises RunTooLarge where the run has more requests than max_run_requests (for everyone, operators too).
+        Cheap: callers may ask before building the run's requests."""
+        refusal = spec.too_many_requests(self.settings.max_run_requests)
+        if refusal is not None:
+            raise RunTooLarge(refusal)
+
     def new_run(self, spec: RunSpec, visitor: Visitor = LOCAL_OPERATOR) -> Run:
-        """A run of `visitor`'s, on the board (the caller starts it). Raises VisitorLimitExceeded where it would
-        take the visitor past one of their limits."""
+        """A run of `visitor`'s, on the board (the caller starts it). Raises RunTooLarge past max_run_requests,
+        VisitorLimitExceeded where it would take the visitor past one of their limits, and OutputsFull (a
+        RuntimeError: "no space left on the outputs folder (...)") where history has no room for it; a run refused
+        leaves nothing in history or on the board."""
+        self.check_run_size(spec)
         if self.pool is None or not self.ready():
             state = self.server.status().message if self.server else "not started"
             raise RuntimeError(f"the engine is not ready ({state})")
@@ -496,7 +590,9 @@ class StudioController:
 
     def page_closed(self, visitor: Visitor, page: str) -> int:
         """A page of the visitor's closed: where it was their last, what they had not yet sent is cancelled
-        (unless the operator turned that off). Returns how many requests were cancelled."""
+        (unless the operator turned that off). Returns how many requests were cancelled. From any thread (the page's
+        unload handler runs in a worker thread): each run is cancelled on its own event loop, in time in proportion
+        to its requests, with one history write made off the loop."""
         last = self.open_pages.closed(visitor, page)
         if not (last and self.settings.cancel_unsent_on_close):
             return 0
@@ -517,17 +613,35 @@ class StudioController:
         return Standing(queued, mine_in_flight, sum(ahead.values()), len(ahead), eta_s)
 
     async def resume_unfinished(self) -> int:
-        """Follow up, by job id, what an earlier studio left at servers that still answer; the rest is
-        marked lost with the reason. Once per studio process."""
-        if self._resumed:
+        """Follow up, by job id, what an earlier studio left at servers that still answer; the rest is marked lost
+        with the reason. Once per studio process: start() begins it, and a call (before or after) waits for that
+        one follow-up and returns how many requests it follows."""
+        return await asyncio.wrap_future(self._begin_follow_up())
+
+    def _begin_follow_up(self) -> concurrent.futures.Future[int]:
+        """The follow-up of the earlier studio's requests, begun at the first call, on the controller's own loop."""
+        with self._follow_up_lock:
+            if self._follow_up is None:
+                if self._leftovers:
+                    self._own_loop = _OwnLoop()
+                    self._follow_up = self._own_loop.submit(self._follow_up_leftovers())
+                else:
+                    self._follow_up = concurrent.futures.Future()
+                    self._follow_up.set_result(0)
+            return self._follow_up
+
+    async def _follow_up_leftovers(self) -> int:
+        try:
+            await asyncio.to_thread(_load_sdk)  # done already where start() began it
+            leftovers = await leftovers_to_follow(
+                self.store,
+                rows=self._leftovers,
+                client_class=client_class_for(self.settings.engine),
+                **self._client_options(),
+            )
+        except Exception:  # the studio serves on; those requests stay as history has them, for the next start
+            log.exception("could not follow up the requests an earlier studio left at servers")
             return 0
-        self._resumed = True
-        leftovers = await leftovers_to_follow(
-            self.store,
-            rows=self._leftovers,
-            client_class=client_class_for(self.settings.engine),
-            **self._client_options(),
-        )
         if leftovers is None:
             return 0
         pool, rows = leftovers
@@ -547,7 +661,7 @@ class StudioController:
 
     def _server_exited(self, server: ManagedServer) -> None:
         """Called from the server's exit watcher when it dies on its own."""
-        tail = " | ".join(line for line in server.log_tail(5) if line.strip())
+        tail = " | ".join(server.crash_lines(5))  # what explains the crash, not the start-up banner
         reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
         url = server.base_url
         restart = self._may_auto_restart()
@@ -604,4 +718,6 @@ class StudioController:
 
     def close(self) -> None:
         self.stop()
+        if self._own_loop is not None:
+            self._own_loop.stop()
         self.store.close()

@@ -25,18 +25,6 @@ class RunRecorder:
         self.store = store
         self.run_id = run_id
 
-    def add_run(self, spec: dict[str, Any], created_at: float, views: list[RequestView], visitor_id: str) -> None:
-        self.store.add_run(self.run_id, spec, created_at, visitor_id)
-        for view in views:
-            self.store.add_request(
-                view.id,
-                self.run_id,
-                view.position,
-                view.timings.created,
-                view.request.prompt,
-                view.request.parameters(),
-            )
-
     def sent(self, view: RequestView) -> None:
         self.store.update_request(view.id, state=view.state, endpoint=view.endpoint)
 

@@ -96,11 +96,12 @@ async def leftovers_to_follow(
     pool = EndpointPool.from_urls(urls, api_key=api_key, **client_options)
     await pool.check_health()
     alive = {ep.url for ep in pool.endpoints if ep.healthy}
-    for row in rows:
-        if row["endpoint"] not in alive:
-            store.update_request(
-                row["id"], state="lost", error=f"the studio restarted and the server {row['endpoint']} is gone"
-            )
+    lost = [
+        (row["id"], {"state": "lost", "error": f"the studio restarted and the server {row['endpoint']} is gone"})
+        for row in rows
+        if row["endpoint"] not in alive
+    ]
+    await asyncio.to_thread(store.finish_requests, lost)  # one transaction, off the event loop
     followed = [row for row in rows if row["endpoint"] in alive]
     log.info("following up %d requests of an earlier studio; %d lost", len(followed), len(rows) - len(followed))
     return pool, followed

@@ -2,7 +2,8 @@
 
     waiting ──send──> queued ──job in progress──> running ──job completed──> downloading ──> done
        ^                 │
-       └────requeue──────┘  (its server lost the job before starting it: sent again)
+       └────requeue──────┘  (its server lost the job before starting it: sent again; `unsend`: it could not be
+                             reached before it took the request)
 
 Any state but done may end in failed or cancelled. The moves only change the view; the run that makes them
 records each one (recorder.py) and tells its listeners.
@@ -131,6 +132,12 @@ class RequestView:
     def send_to(self, endpoint_url: str) -> None:
         """Sent to a server, where it waits its turn."""
         self.endpoint, self.state = endpoint_url, RequestState.QUEUED
+
+    def unsend(self) -> None:
+        """Its server could not be reached before it took the request: back to waiting in the studio (not at a
+        server, so a page that closes cancels it, and a restart marks it lost rather than following it up)."""
+        self.endpoint, self.state = None, RequestState.WAITING
+        self.timings.sent = None
 
     def accept(self, job_id: str) -> None:
         """The server took it as this job."""

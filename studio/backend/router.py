@@ -73,7 +73,7 @@ class EndpointPool:
         client_class: type[VideoClient] = VideoClient,
         **client_options: float,
     ) -> EndpointPool:
-        """A pool of `urls`, each spoken to by a `client_class` (the engine's: studio.backend.engines)."""
+        """A pool of `urls`, each spoken to by a `client_class` (the engine's: studio.backend.engine_kinds)."""
         endpoints = [Endpoint(url=url, client=client_class(url, api_key=api_key, **client_options)) for url in urls]
         pool = cls(endpoints, api_key=api_key)
         pool.client_class = client_class

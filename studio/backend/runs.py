@@ -1,15 +1,24 @@
 """A Run: many requests from one RunSpec, at most `concurrency` in flight, an async stream of updates.
 
 Per request: wait for a slot of its run (its `concurrency`), then for one of the studio's, shared fairly across
-visitors (fair_share.py; a run made without a dispatcher has only its own) → pick an endpoint → create, poll, download → keep the video (checked,
-sidecar and history row written: recorder.py) → only then report it done. A request's states are in
-request_state.py; what becomes of one whose server went away, in recovery.py.
+visitors (fair_share.py; a run made without a dispatcher has only its own) → pick an endpoint → create, poll,
+download → keep the video (checked, sidecar and history row written: recorder.py) → only then report it done. A
+request's states are in request_state.py; what becomes of one whose server went away, in recovery.py.
+
+Only the requests that hold a slot of their run have a task; the others wait their turn as views, in order. So a run
+of thousands costs the event loop no more than its concurrency does, and cancelling it settles the requests it never
+started at once, with one history write made in a worker thread: time in proportion to the run, the loop free
+meanwhile. What changes a run (cancel, fail_endpoint_threadsafe) may be called from any thread: where the run goes
+on another thread's event loop, the change is handed to that loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,9 +31,23 @@ from studio.backend.recovery import Recovery, after_loss, follow_up, views_from_
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.router import Endpoint, EndpointPool, NoEndpointError
 from studio.backend.spec import MAX_CONCURRENCY, RunSpec
-from studio.backend.store import OutputStore
+from studio.backend.store import NewRequest, OutputsFull, OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.protocol import JobRecord, VideoRequest
+
+# Requests settled together are told of this many at a time, the event loop free for others in between.
+EMIT_CHUNK = 500
+
+
+def _outcome(view: RequestView) -> dict[str, Any]:
+    """A finished request's history columns (as recorder.finished writes them)."""
+    return {
+        "state": view.state,
+        "error": view.error,
+        "timings": view.timings.as_dict(),
+        "video_path": view.video_path,
+        "sidecar_path": view.sidecar_path,
+    }
 
 
 class Run:
@@ -69,17 +92,29 @@ class Run:
         # back (at most restart_wait_s) and is sent again; one that had started fails with the reason.
         self.resubmit_unstarted = resubmit_unstarted
         self.restart_wait_s = restart_wait_s
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task] = {}  # of the requests that took a slot of the run
         self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
         self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(spec.concurrency)
         self._main: asyncio.Task | None = None
         self._listeners: list[Callable[[RequestView], None]] = []
+        self._writes: set[asyncio.Task] = set()  # history writes under way of requests settled together
         if resumed is not None:
             # Requests an earlier studio left at a server: already in history, followed up by job id.
             self.views = resumed
-            return
-        self.recorder.add_run(spec.model_dump(mode="json"), self.created_at, self.views, visitor.id)
+        else:
+            # The run and all its requests in one transaction: on a full disk, none of it (OutputsFull).
+            self.store.add_run(
+                self.id,
+                spec.model_dump(mode="json"),
+                self.created_at,
+                visitor.id,
+                requests=[
+                    NewRequest(v.id, v.position, v.timings.created, v.request.prompt, v.request.parameters())
+                    for v in self.views
+                ],
+            )
+        self._by_id = {view.id: view for view in self.views}
 
     @classmethod
     def resume(
@@ -102,7 +137,22 @@ class Run:
         return self._main
 
     async def wait(self) -> list[RequestView]:
-        await self.start()
+        """Until the run is over; from any event loop (a run the controller follows up runs on its own)."""
+        main = self.start()
+        if main.get_loop() is asyncio.get_running_loop():
+            await main
+            return self.views
+        ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def watch() -> None:
+            if main.done():
+                ended.set_result(None)
+            else:
+                main.add_done_callback(lambda _: ended.set_result(None))
+
+        with contextlib.suppress(RuntimeError):  # its loop is closed: the run is over
+            main.get_loop().call_soon_threadsafe(watch)
+            await asyncio.wrap_future(ended)
         return self.views
 
     async def updates(self) -> AsyncIterator[RequestView]:
@@ -119,15 +169,25 @@ class Run:
         self._listeners.append(listener)
 
     def cancel(self, request_id: str, reason: str = "cancelled by the user") -> bool:
-        return self._stop(request_id, RequestState.CANCELLED, reason)
+        view = self._by_id.get(request_id)
+        if view is None or view.state.finished:
+            return False
+        return self._on_own_loop(lambda: self._stop_many([view], RequestState.CANCELLED, reason), lambda: 1) > 0
 
     def cancel_all(self, reason: str = "cancelled by the user") -> int:
-        return sum(self._stop(view.id, RequestState.CANCELLED, reason) for view in self.views)
+        def stop() -> int:
+            return self._stop_many(self.views, RequestState.CANCELLED, reason)
+
+        return self._on_own_loop(stop, lambda: sum(1 for view in self.views if not view.state.finished))
 
     def cancel_unsent(self, reason: str = "cancelled: its page was closed") -> int:
         """Cancel the requests not yet sent to a server; those sent carry on."""
-        unsent = [view.id for view in self.views if view.state is RequestState.WAITING]
-        return sum(self._stop(request_id, RequestState.CANCELLED, reason) for request_id in unsent)
+
+        def stop() -> int:
+            unsent = [view for view in self.views if view.state is RequestState.WAITING]
+            return self._stop_many(unsent, RequestState.CANCELLED, reason)
+
+        return self._on_own_loop(stop, lambda: self.unsent)
 
     @property
     def unsent(self) -> int:
@@ -137,13 +197,17 @@ class Run:
     def fail_endpoint(self, url: str, reason: str, started_only: bool = False) -> int:
         """The server behind `url` died: fail what it was working on, with the reason. `started_only`: only
         what it had started (what it only queued is sent again once the server is back)."""
-        return sum(
-            self._stop(view.id, RequestState.FAILED, reason)
-            for view in self.views
-            if view.endpoint == url
-            and not view.state.finished
-            and view.state is not RequestState.WAITING
-            and not (started_only and view.never_started)
+        return self._stop_many(
+            [
+                view
+                for view in self.views
+                if view.endpoint == url
+                and not view.state.finished
+                and view.state is not RequestState.WAITING
+                and not (started_only and view.never_started)
+            ],
+            RequestState.FAILED,
+            reason,
         )
 
     def fail_endpoint_threadsafe(self, url: str, reason: str, started_only: bool = False) -> None:
@@ -155,30 +219,118 @@ class Run:
     def finished(self) -> bool:
         return all(view.state.finished for view in self.views)
 
-    def _stop(self, request_id: str, state: RequestState, reason: str) -> bool:
-        view = next((v for v in self.views if v.id == request_id), None)
-        if view is None or view.state.finished:
-            return False
-        self._cancel_reasons[request_id] = (state, reason)
-        task = self._tasks.get(request_id)
-        if task is None:  # the run has not started it: it never will
-            self._finish(view, state, reason)
-        elif not task.done():
-            task.cancel()  # the client DELETEs the job on the server
-        return True
+    def _on_own_loop(self, action: Callable[[], int], expected: Callable[[], int]) -> int:
+        """`action` here, where this thread may act on the run (it runs on this thread's loop, or on none yet);
+        else handed to the run's loop, and what it is expected to count (as things stand now) returned."""
+        main = self._main
+        if main is None or main.done():
+            return action()
+        loop = main.get_loop()
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            return action()
+        count = expected()
+        try:
+            loop.call_soon_threadsafe(action)
+        except RuntimeError:  # its loop closed meanwhile: nothing runs there any more
+            return action()
+        return count
+
+    def _stop_many(self, views: list[RequestView], state: RequestState, reason: str) -> int:
+        """Stop these requests (those not finished): one that holds no slot of the run is settled now, all of them
+        together in one history write; one under way has its task cancelled (the client DELETEs its job on the
+        server) and is settled by it. Returns how many it stopped."""
+        stopped = 0
+        settled = []
+        for view in views:
+            if view.state.finished:
+                continue
+            stopped += 1
+            task = self._tasks.get(view.id)
+            if task is None:  # the run has not started it: it never will
+                view.finish(state, reason)
+                settled.append(view)
+            elif not task.done():
+                self._cancel_reasons[view.id] = (state, reason)
+                task.cancel()
+        if settled:
+            self._settle(settled)
+        return stopped
+
+    def _settle(self, views: list[RequestView]) -> None:
+        """Record requests finished together, then tell of them: on an event loop, the write goes to a worker
+        thread (one transaction), and they are told of once it is done; without one, here and now."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._record_settled(views)
+            for view in views:
+                self._emit(view)
+            return
+        write = loop.create_task(self._settle_off_loop(views), name=f"{self.id}-settle")
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+
+    async def _settle_off_loop(self, views: list[RequestView]) -> None:
+        await asyncio.to_thread(self._record_settled, views)
+        for start in range(0, len(views), EMIT_CHUNK):
+            if start:
+                await asyncio.sleep(0)  # the loop serves others between chunks
+            for view in views[start : start + EMIT_CHUNK]:
+                self._emit(view)
+
+    def _record_settled(self, views: list[RequestView]) -> None:
+        try:
+            self.store.finish_requests([(view.id, _outcome(view)) for view in views])
+        except (sqlite3.Error, OutputsFull) as exc:  # still report the outcome, and say what is missing
+            for view in views:
+                view.error = f"{view.error or ''} (history not saved: {exc})".strip()
 
     # ---- execution ---------------------------------------------------------------------------------
     async def _execute(self) -> None:
         self._started = time.monotonic()
+        started_at = time.time()
         try:
             # An endpoint that went down is probed while the run lasts and comes back when healthy.
             async with self.pool.health_watched():
-                for view in self.views:
-                    if not view.state.finished:  # cancelled before the run started
-                        self._tasks[view.id] = asyncio.create_task(self._drive(view), name=view.id)
+                for view in self._in_arrival_order():
+                    if view.state.finished:  # cancelled before its turn came
+                        continue
+                    if self.arrivals is not None:
+                        # Open loop: released `arrivals[i]` seconds after the run started; latency counts from then,
+                        # also while the run's slots are all taken.
+                        offset = self.arrivals[view.position]
+                        await asyncio.sleep(max(0.0, self._started + offset - time.monotonic()))
+                        view.timings.created = started_at + offset
+                    await self._slots.acquire()
+                    if view.state.finished:
+                        self._slots.release()
+                        continue
+                    task = asyncio.create_task(self._drive(view), name=view.id)
+                    self._tasks[view.id] = task
+                    task.add_done_callback(functools.partial(self._ended, view))
                 await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+                while self._writes:
+                    await asyncio.gather(*self._writes, return_exceptions=True)
         finally:
             self._updates.put_nowait(None)
+
+    def _in_arrival_order(self) -> list[RequestView]:
+        if self.arrivals is None:
+            return list(self.views)
+        arrivals = self.arrivals
+        return sorted(self.views, key=lambda view: arrivals[view.position])
+
+    def _ended(self, view: RequestView, _task: asyncio.Task) -> None:
+        """A request's task is over: its slot goes to the next request. One cancelled before its task began is
+        settled here."""
+        self._slots.release()
+        if not view.state.finished:
+            state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
+            self._finish(view, state, reason)
 
     def _emit(self, view: RequestView) -> None:
         self._updates.put_nowait(view)
@@ -186,21 +338,21 @@ class Run:
             listener(view)
 
     async def _drive(self, view: RequestView) -> None:
-        """One request from its arrival to its end; whatever happens, it ends finished with a reason."""
+        """One request from its turn to its end (it holds a slot of the run); whatever happens, it ends finished
+        with a reason."""
         try:
-            if self.arrivals is not None:
-                await asyncio.sleep(max(0.0, self._started + self.arrivals[view.position] - time.monotonic()))
-                view.timings.created = time.time()  # latency counts from the arrival
-            async with self._slots, self._studio_slot():
+            async with self._studio_slot():
                 if view.job_id is not None:  # left at a server by an earlier studio
                     await self._recover(view, follow_up(view, self.pool))
                 else:
                     await self._send(view)
         except asyncio.CancelledError:
             state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
-            self._finish(view, state, reason)
+            if not view.state.finished:
+                self._finish(view, state, reason)
         except Exception as exc:  # never lose a request: it ends failed with the reason
-            self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
+            if not view.state.finished:
+                self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
 
     def _studio_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self.dispatcher.slot(self.visitor) if self.dispatcher is not None else contextlib.nullcontext()
@@ -224,13 +376,18 @@ class Run:
                 return
             except ServerUnreachable as exc:
                 self.pool.mark_down(endpoint, str(exc))
-                if view.job_id is not None:  # accepted, then lost: never run twice
-                    recovery = await after_loss(
-                        view, endpoint, self.pool, exc, self.resubmit_unstarted, self.restart_wait_s
-                    )
-                    if not await self._recover(view, recovery):
-                        return
-                    tried.discard(endpoint.url)
+                if view.job_id is None:  # it never reached the server: back to waiting in the studio
+                    view.unsend()
+                    self.recorder.requeued(view)
+                    self._emit(view)
+                    continue
+                # Accepted, then lost: never run twice.
+                recovery = await after_loss(
+                    view, endpoint, self.pool, exc, self.resubmit_unstarted, self.restart_wait_s
+                )
+                if not await self._recover(view, recovery):
+                    return
+                tried.discard(endpoint.url)
 
     async def _wait_for_server(self, view: RequestView, none_up: NoEndpointError) -> str | None:
         """No server is up: wait for one to come back (through a restart, with auto-restart; else at most

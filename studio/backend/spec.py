@@ -16,11 +16,19 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from studio import tiers
-from studio.protocol import MAX_PROMPT_CHARS, GuidanceScale, InferenceSteps, VideoRequest
+from studio.protocol import MAX_PROMPT_CHARS, MAX_STEPS, MIN_STEPS, GuidanceScale, InferenceSteps, VideoRequest
 
 # Seeds the studio draws and accepts: 32 bits, which every pipeline's generator takes (the wire allows 63).
 MAX_SEED = 2**32 - 1
 MAX_CONCURRENCY = 256  # requests of one run in flight at once
+MAX_COPIES = 64  # copies of each prompt in one run
+# The fields that count something, in the words the page and the CLI use for them: each takes a whole number only.
+WHOLE_NUMBER_FIELDS = {
+    "copies": "copies per prompt",
+    "frames": "frames",
+    "steps": "steps",
+    "concurrency": "concurrency",
+}
 
 # ---- the image for image-to-video ---------------------------------------------------------------------------
 MAX_UPLOAD_BYTES = 20 * 2**20
@@ -90,6 +98,26 @@ def check_image_file(path: str | Path | None) -> Path | None:
     return file
 
 
+def _as_number(value: object) -> float | None:
+    """A number given as a number (numpy's too) or as text; None where it is neither."""
+    try:
+        return float(value.strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _whole_number_range(name: str, tier: object) -> tuple[int, int]:
+    """The values a counting field of RunSpec takes (frames: for the tier asked, where it is one)."""
+    if name == "copies":
+        return 1, MAX_COPIES
+    if name == "concurrency":
+        return 1, MAX_CONCURRENCY
+    if name == "steps":
+        return MIN_STEPS, MAX_STEPS
+    most = tiers.MAX_FRAMES.get(str(tier or "256p"), max(tiers.MAX_FRAMES.values()))
+    return tiers.MIN_FRAMES, most
+
+
 class SeedPolicy(StrEnum):
     FIXED = "fixed"
     RANDOM = "random"
@@ -110,7 +138,7 @@ class RunSpec(BaseModel):
     flow_shift: float | None = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     seed_policy: SeedPolicy = SeedPolicy.FIXED
-    copies: int = Field(default=1, ge=1, le=64)
+    copies: int = Field(default=1, ge=1, le=MAX_COPIES)
     guardrails: bool = True
     concurrency: int = Field(default=1, ge=1, le=MAX_CONCURRENCY)
     model: str | None = None
@@ -119,6 +147,30 @@ class RunSpec(BaseModel):
     # An image for image-to-video that the server fetches: each request's image_reference, {"image_url": ...}.
     image_url: str | None = None
     generate_sound: bool = False  # sound_duration follows the video: frames / fps
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        """A count given as 1.5 (or "1.5", or "two") is refused in plain words, naming the field and its range,
+        rather than rounded; one given as 2.0 (or "2.0") is taken as 2."""
+        if not isinstance(data, dict):
+            return data
+        checked = dict(data)
+        for name, words in WHOLE_NUMBER_FIELDS.items():
+            value = checked.get(name)
+            if value is None or isinstance(value, int):  # None: the default; an int: the bounds check it
+                continue
+            number = _as_number(value)
+            if number is None or not number.is_integer():
+                low, high = _whole_number_range(name, checked.get("tier"))
+                given = str(value).strip() if number is not None else repr(str(value)[:40])
+                raise PydanticCustomError(
+                    "whole_number",
+                    "{field} must be a whole number from {low} to {high}, got {given}",
+                    {"field": words, "low": low, "high": high, "given": given},
+                )
+            checked[name] = int(number)
+        return checked
 
     @field_validator("prompts")
     @classmethod
@@ -154,6 +206,19 @@ class RunSpec(BaseModel):
         if self.input_reference is not None and self.image_url is not None:
             raise PydanticCustomError("image", "give the image as an upload or as a URL, not both")
         return self
+
+    def too_many_requests(self, most: int) -> str | None:
+        """Why the run is over the cap of `most` requests (max_run_requests, operators' runs too); None within it.
+        Cheap: asked before the run's requests are built."""
+        requests = len(self.prompts) * self.copies
+        if requests <= most:
+            return None
+        copies = f"{self.copies} cop{'ies' if self.copies != 1 else 'y'}"
+        return (
+            f"a run may have at most {most} requests; this one has {requests} ({len(self.prompts)} prompts x "
+            f"{copies}): split it into smaller runs, or raise the limit (the setting max_run_requests: "
+            "--max-run-requests, or env OMNI_STUDIO_MAX_RUN_REQUESTS)"
+        )
 
     def image_refusal(self, engine: str) -> str | None:
         """Why `engine` cannot take this run's image (None: it can, or there is none)."""

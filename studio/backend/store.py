@@ -11,6 +11,8 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,25 @@ VISITOR_INDEX = "CREATE INDEX IF NOT EXISTS runs_visitor ON runs(visitor, create
 UNCOUNTED_STATES = ("failed", "cancelled", "lost")
 
 
+# The columns of a request that follow it as it moves (update_request, finish_requests).
+UPDATABLE_COLUMNS = ("state", "endpoint", "job_id", "error", "timings", "video_path", "sidecar_path")
+
+
+class OutputsFull(RuntimeError):
+    """The outputs folder's disk has no room left for what was to be written; nothing of it was kept."""
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    """A request's first history row, written with its run."""
+
+    id: str
+    position: int
+    created_at: float
+    prompt: str
+    parameters: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class SavedVideo:
     video_path: Path
@@ -83,38 +104,78 @@ class OutputStore:
         return self.videos_dir / day / f"{request_id}.mp4"
 
     # ---- history rows ------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One transaction, under the lock: all of it is written, or (rolled back) none. A full disk raises
+        OutputsFull, saying so in words a user acts on."""
+        with self._lock:
+            try:
+                with self._db:
+                    yield self._db
+            except sqlite3.OperationalError as exc:
+                if self._db.in_transaction:
+                    self._db.rollback()
+                if _disk_full(exc):
+                    raise OutputsFull(
+                        f"no space left on the outputs folder ({self.root}): {what} was not saved ({exc}); free some "
+                        "space there and try again"
+                    ) from exc
+                raise
+
     def add_run(
-        self, run_id: str, spec: dict[str, Any], created_at: float, visitor_id: str = LOCAL_OPERATOR.id
+        self,
+        run_id: str,
+        spec: dict[str, Any],
+        created_at: float,
+        visitor_id: str = LOCAL_OPERATOR.id,
+        requests: Iterable[NewRequest] = (),
     ) -> None:
-        with self._lock, self._db:
-            self._db.execute(
+        """A run and its requests (each 'waiting'), in one transaction: history never holds half a run. Raises
+        OutputsFull where the disk has no room for it."""
+        now = time.time()
+        rows = [(r.id, run_id, r.position, r.created_at, r.prompt, json.dumps(r.parameters), now) for r in requests]
+        with self._transaction("the run") as db:
+            db.execute(
                 "INSERT INTO runs (id, created_at, spec, visitor) VALUES (?, ?, ?, ?)",
                 (run_id, created_at, json.dumps(spec), visitor_id),
+            )
+            db.executemany(
+                "INSERT INTO requests (id, run_id, position, created_at, prompt, parameters, state, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?)",
+                rows,
             )
 
     def add_request(
         self, request_id: str, run_id: str, position: int, created_at: float, prompt: str, parameters: dict
     ) -> None:
-        with self._lock, self._db:
-            self._db.execute(
+        with self._transaction("the request") as db:
+            db.execute(
                 "INSERT INTO requests (id, run_id, position, created_at, prompt, parameters, state, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?)",
                 (request_id, run_id, position, created_at, prompt, json.dumps(parameters), time.time()),
             )
 
     def update_request(self, request_id: str, **values: Any) -> None:
-        allowed = {"state", "endpoint", "job_id", "error", "timings", "video_path", "sidecar_path"}
-        unknown = set(values) - allowed
-        if unknown:
-            raise ValueError(f"unknown request columns: {sorted(unknown)}")
-        encoded = {
-            k: json.dumps(v) if isinstance(v, dict) else (str(v) if isinstance(v, Path) else v)
-            for k, v in values.items()
-        }
-        encoded["updated_at"] = time.time()
+        encoded = _encoded(values)
         assignments = ", ".join(f"{name} = ?" for name in encoded)
         with self._lock, self._db:
             self._db.execute(f"UPDATE requests SET {assignments} WHERE id = ?", (*encoded.values(), request_id))
+
+    def finish_requests(self, updates: list[tuple[str, dict[str, Any]]]) -> None:
+        """Many requests' rows at once, in one transaction (a run cancelled as a whole): each (id, columns), all with
+        the same columns. Time in proportion to how many; meant for a worker thread, off the event loop."""
+        if not updates:
+            return
+        names = list(_encoded(updates[0][1]))
+        assignments = ", ".join(f"{name} = ?" for name in names)
+        rows = []
+        for request_id, values in updates:
+            encoded = _encoded(values)
+            if list(encoded) != names:
+                raise ValueError(f"finish_requests takes the same columns for every request: {names}")
+            rows.append((*encoded.values(), request_id))
+        with self._transaction(f"the outcome of {len(rows)} requests") as db:
+            db.executemany(f"UPDATE requests SET {assignments} WHERE id = ?", rows)
 
     def request_row(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -198,6 +259,25 @@ class OutputStore:
             os.fsync(handle.fileno())
         tmp.replace(path)
         return path
+
+
+def _encoded(values: dict[str, Any]) -> dict[str, Any]:
+    """A request's columns as SQLite takes them, with the time of the change; unknown columns are refused."""
+    unknown = set(values) - set(UPDATABLE_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown request columns: {sorted(unknown)}")
+    encoded = {
+        k: json.dumps(v) if isinstance(v, dict) else (str(v) if isinstance(v, Path) else v) for k, v in values.items()
+    }
+    encoded["updated_at"] = time.time()
+    return encoded
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    """SQLite's "database or disk is full", or a write that failed for want of space."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    text = str(exc).lower()
+    return code == sqlite3.SQLITE_FULL or "disk is full" in text or "no space left" in text
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:

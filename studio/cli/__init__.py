@@ -1,20 +1,29 @@
 """`omni-studio ui | generate | bench | engine | doctor`.
 
 One module per command, each with `register(subparsers)` and `run(args) -> int`. Flags are built from the
-settings' fields (flags.py); each command imports its heavy parts inside `run`, so `--help`, a bad flag and a
-bad request answer at once, and `generate` starts its engine before the rest of the studio loads.
+settings' fields (studio/settings_flags.py); each command imports its heavy parts inside `run`, so `--help`, a bad
+flag and a bad request answer at once, and `generate` starts its engine before the rest of the studio loads.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from types import ModuleType
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from studio.cli.exits import EXIT_USAGE, fail, validation_text
+from studio.cli.exits import EXIT_USAGE, fail
+from studio.settings_flags import validation_text
+
+
+class Subcommands(Protocol):
+    """What `ArgumentParser.add_subparsers` returns: where each command adds its parser."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
 def _commands() -> dict[str, ModuleType]:
@@ -45,11 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     exit_on_sigterm()
     try:
-        return _commands()[args.command].run(args)
+        code = _commands()[args.command].run(args)
+        sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
+        return code
     except ValidationError as exc:
         return fail(validation_text(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`omni-studio doctor --json | head`): the rest of the output goes nowhere, quietly,
+        # and Python's own flush at exit must not fail on the closed pipe either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a shell reports a command ended by SIGPIPE
 
 
 if __name__ == "__main__":

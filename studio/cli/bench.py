@@ -10,9 +10,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from studio.backend.bench_config import BenchConfig, BenchConfigError, parse_bench_config
+from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE, fail
-from studio.cli.flags import Subcommands, add_model_flags, model_values
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
+from studio.settings_flags import add_model_flags, model_values
 
 # Prompts and variants come from files here (--prompts FILE, --variants FILE: BenchCommand fields); the rest of
 # the form maps one to one.
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
         from studio.backend.bench import run_bench
         from studio.backend.bench_fleets import bench_cluster, placement_line, plan_bench
-        from studio.backend.engines import URL_ENGINES
+        from studio.backend.engine_kinds import URL_ENGINES
         from studio.backend.launchers import LaunchError
         from studio.backend.layouts import LayoutError
         from studio.backend.ray_cluster import RayUnavailable

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from studio.cli.flags import Subcommands
+from studio.cli import Subcommands
 from studio.cli.studio_flags import add_studio_flags, studio_settings
 
 

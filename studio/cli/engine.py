@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from studio.cli.flags import Subcommands, add_model_flags
+from studio.cli import Subcommands
 from studio.config import EngineSettings
+from studio.settings_flags import add_model_flags
 
 
 def register(sub: Subcommands) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from pydantic import ValidationError
-
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # a flag or a request that cannot be used; argparse uses the same status
 
@@ -13,10 +11,3 @@ EXIT_USAGE = 2  # a flag or a request that cannot be used; argparse uses the sam
 def fail(message: str, code: int) -> int:
     print(f"omni-studio: error: {message}", file=sys.stderr, flush=True)
     return code
-
-
-def validation_text(exc: ValidationError) -> str:
-    """Every problem of a settings model in one line: `field: message; ...`."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" if err["loc"] else err["msg"] for err in exc.errors()
-    )

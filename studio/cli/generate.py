@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from studio import tiers
+from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE
-from studio.cli.flags import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec
         return _usage_message(exc)
     except tiers.TierError as exc:
         return str(exc)
-    refusal = spec.image_refusal(settings.engine)
+    refusal = spec.image_refusal(settings.engine) or spec.too_many_requests(settings.max_run_requests)
     if refusal is not None:
         return refusal
     try:
@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from studio.backend.launchers import LaunchError
     from studio.backend.store import OutputStore
     from studio.backend.supervisor import ServerStartError, managed_server_for
+    from studio.config import with_engine_key
 
     settings = studio_settings(args)
     spec = _checked_spec(args, settings)
@@ -146,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     # Few requests: poll them often (a local engine answers a poll in milliseconds); the default interval is
     # sized for many requests at once.
     settings = settings.model_copy(update={"poll_interval_s": min(settings.poll_interval_s, GENERATE_POLL_S)})
+    # A managed engine answers this process alone: with no key given, a random one for this run of the command.
+    settings = with_engine_key(settings)
     store = OutputStore(Path(settings.outputs_dir))
     server: ManagedServer | None = None
     try:
@@ -271,7 +274,7 @@ async def _send_and_report(
                 err.print(f"[red]{failed} of {count} requests failed[/red]")
             return EXIT_FAILED
         return 0
-    except ClientError as exc:
+    except (ClientError, RuntimeError) as exc:  # RuntimeError: a run the outputs folder has no room for
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_FAILED
     finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from studio.cli.flags import ArgumentContainer, add_model_flags, model_values
 from studio.config import StudioSettings, load_settings
+from studio.settings_flags import ArgumentContainer, add_model_flags, model_values
 
 # Which engine makes the videos, and how a managed one is started.
 ENGINE_FIELDS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from studio.cli.flags import Subcommands
+from studio.cli import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
 
 # A node's GPUs (or a Ray cluster's, with --cluster ray) as replicas of the server, each as wide as the engine flags say;
@@ -30,6 +30,7 @@ SHARING_FIELDS = (
     "visitor_max_videos_per_hour",
     "cancel_unsent_on_close",
     "server_wait_s",
+    "max_run_requests",
 )
 
 

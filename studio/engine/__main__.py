@@ -12,9 +12,8 @@ import sys
 
 from pydantic import ValidationError
 
-from studio.cli.exits import validation_text
-from studio.cli.flags import add_model_flags, model_values
 from studio.config import EngineSettings
+from studio.settings_flags import add_model_flags, model_values, validation_text
 from studio.startup import collector_paused
 
 DESCRIPTION = "The embedded engine: the vLLM-Omni video API over a diffusers pipeline."

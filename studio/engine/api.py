@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from studio.engine.generation import GenerationParams
+from studio.engine.generation_types import GenerationParams
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
 from studio.engine.warmup import Warmup

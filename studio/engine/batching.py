@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from studio.engine.generation import GenerationParams
+from studio.engine.generation_types import GenerationParams
 from studio.engine.loader import PipelineFacts
 
 

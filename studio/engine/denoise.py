@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from studio.engine.batching import BatchBuckets
-from studio.engine.generation import BatchItem, GenerationCancelled, ResultCallback
-from studio.engine.gpu_setup import GpuSetup
+from studio.engine.generation_types import BatchItem, GenerationCancelled, ResultCallback
+from studio.engine.gpu.gpu_setup import GpuSetup
 from studio.engine.loader import PipelineFacts
 from studio.engine.parallel.rank import ParallelRank
 from studio.engine.prompts import PromptEmbeddings

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from studio.engine.generation import GenerationOutput, GenerationParams
+from studio.engine.generation_types import GenerationOutput, GenerationParams
 
 
 def to_uint8_tensor(video: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """`VideoGenerator`: one diffusers text-to-video pipeline on one device, making one batch of videos at a time.
 
 Wan-style pipelines run through the engine's own batched denoising loop (studio.engine.denoise), with text
-embeddings cached and, on a GPU, the transformer set up for speed (studio.engine.gpu_setup: the engine's
+embeddings cached and, on a GPU, the transformer set up for speed (studio.engine.gpu.gpu_setup: the engine's
 kernels, compiled blocks for static shapes, CUDA graphs per warmed shape); the VAE decodes one latent frame at
 a time and hands the frames over for encoding as it goes (studio.engine.vae_decode). Any other pipeline runs
 through its plain `__call__`, one request at a time (studio.engine.plain_call). On a GPU everything that runs
@@ -9,7 +9,7 @@ the model runs on one device thread.
 
 One request may run on several ranks (studio.engine.parallel: guidance halves and token shares on a GPU each);
 the generator of rank 0 starts the others, and every call that changes what the transformer runs is made on
-all of them, in one order. What start-up compiles and picks is kept across starts (studio.engine.compile_cache).
+all of them, in one order. What start-up compiles and picks is kept across starts (studio.engine.gpu.compile_cache).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from studio.engine import batching, warmup
-from studio.engine.attention import SDPA_KERNEL_OF_BACKEND
 from studio.engine.batching import BatchBuckets
-from studio.engine.compile_cache import CompileCache
 from studio.engine.denoise import BatchedDenoiser, TransformerForward
 from studio.engine.device_thread import DeviceThread
-from studio.engine.generation import BatchItem, GenerationOutput, GenerationParams, ModelLoadError, ResultCallback
-from studio.engine.gpu_setup import GpuSetup
+from studio.engine.generation_types import BatchItem, GenerationOutput, GenerationParams, ModelLoadError, ResultCallback
+from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND
+from studio.engine.gpu.compile_cache import CompileCache
+from studio.engine.gpu.gpu_setup import GpuSetup
 from studio.engine.loader import PipelineFacts, from_pretrained, set_up_device
-from studio.engine.parallel.followers import FollowerLost, start_leader
+from studio.engine.parallel.leader import FollowerLost, start_leader
 from studio.engine.parallel.rank import ParallelRank
 from studio.engine.parallel.sequence import SequenceParallel
 from studio.engine.parallel.settings import ParallelSettings
@@ -48,7 +48,7 @@ class VideoGenerator:
 
     `parallel`: run each request on `parallel.world_size` ranks (this generator is rank 0 and starts the
     others at load; the model must then be a directory each rank loads). `rank`: a follower's rank, already
-    joined (studio.engine.parallel.follower makes these). `compile_cache`: where start-up work is kept."""
+    joined (studio.engine.parallel.follower_main makes these). `compile_cache`: where start-up work is kept."""
 
     def __init__(
         self,
@@ -121,7 +121,7 @@ class VideoGenerator:
                 raise ModelLoadError("one request on several ranks needs the model as a directory each rank loads")
             options = {**self._options, "compile_cache": self.compile_cache}
             try:
-                self.rank = start_leader(self.parallel, self.model, self.device, options)
+                self.rank = start_leader(self.parallel, self.model, self.device, VideoGenerator, options)
             except FollowerLost as exc:
                 raise ModelLoadError(f"the engine's ranks did not start: {exc}") from exc
         try:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from studio.engine.encoding import StreamedEncode
-from studio.engine.generation import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
+from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.metrics import EngineMetrics
 from studio.engine.warmup import Warmup

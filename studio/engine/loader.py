@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from studio.engine.allocator import keep_freed_blocks
-from studio.engine.generation import ModelLoadError
+from studio.engine.generation_types import ModelLoadError
 
 
 def resolve_device(device: str) -> str:

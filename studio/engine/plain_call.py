@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from studio.engine.frames import finished_output, to_uint8_frames
-from studio.engine.generation import GenerationCancelled, GenerationOutput, GenerationParams
+from studio.engine.generation_types import GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.loader import PipelineFacts
 
 

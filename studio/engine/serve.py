@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from studio.config import DEFAULT_GPU_WARMUP, EngineSettings
 
 if TYPE_CHECKING:
-    from studio.engine.compile_cache import CompileCache
+    from studio.engine.gpu.compile_cache import CompileCache
     from studio.engine.parallel import ParallelSettings
 
 # Seconds a lost rank gives the server to stop by itself before the process ends regardless (a request stuck
@@ -32,7 +32,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
     import uvicorn
 
     from studio.engine.api import EngineState, create_app
-    from studio.engine.generation import ModelLoadError
+    from studio.engine.generation_types import ModelLoadError
     from studio.engine.generator import VideoGenerator
     from studio.engine.guard import TextGuard
     from studio.engine.jobs import JobManager
@@ -157,7 +157,7 @@ def compile_cache_for(
     """The compile cache of this engine's start-up work, where something is compiled or measured (a GPU, or
     compile asked for on a CPU) and the cache is not turned off (settings `compile_cache`,
     `compile_cache_dir`)."""
-    from studio.engine.compile_cache import CompileCache, cache_key, default_cache_root
+    from studio.engine.gpu.compile_cache import CompileCache, cache_key, default_cache_root
 
     if not settings.compile_cache:
         return None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from studio.engine.generation import BatchItem, DecodeSkipped, GenerationOutput, GenerationParams
+from studio.engine.generation_types import BatchItem, DecodeSkipped, GenerationOutput, GenerationParams
 from studio.engine.vae_decode import decode_chunk, decode_group_sizes, pick_vae_memory_format
 
 if TYPE_CHECKING:

@@ -278,8 +278,10 @@ def build_generate_tab(
     def refresh(
         version: Any, finished_seen: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
-        updates: dict[gr.Component, Any] = {engine_status: markdown_text(controller.engine_summary())}
         visitor = access.visitor(request, profile)
+        # Addresses, ports and paths of the servers are for operators' eyes only.
+        summary = controller.engine_summary(for_operator=visitor is not None and visitor.operator)
+        updates: dict[gr.Component, Any] = {engine_status: markdown_text(summary)}
         if visitor is None:  # not signed in: nothing of anyone's
             return updates
         scope = access.scope(visitor, shown)

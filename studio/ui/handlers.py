@@ -117,6 +117,7 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
         input_reference=check_image_file(form.get("image")),
         image_url=str(form.get("image_url") or ""),
     )
+    controller.check_run_size(spec)  # before thousands of requests are built only to be refused
     spec.shape()
     spec.build_requests()
     return spec
@@ -235,6 +236,9 @@ async def cancel_all(board: RequestBoard, by: Visitor = LOCAL_OPERATOR, everyone
 async def cancel_request(board: RequestBoard, shown: str, by: Visitor = LOCAL_OPERATOR) -> AsyncIterator[str]:
     """Cancel the request a selected row (or a typed id, short or full) names. Another visitor's request reads
     as no request at all: its id tells nothing."""
+    if not (shown or "").strip():
+        yield "select a request in the table first (or type its id), then Cancel request"
+        return
     request_id = full_request_id(board, shown, None if by.operator else by)
     found = board.find(request_id) if request_id else None
     if found is None or not board.cancel(request_id, by=by):

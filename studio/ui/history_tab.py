@@ -64,11 +64,10 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
         seen_before: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
         visitor = access.visitor(request, profile)
-        if visitor is None:
-            return {}
         now = (finished_runs(controller), shown)
-        if now == seen_before:
-            return {}
+        if visitor is None or now == seen_before:
+            # Nothing to send: each output told so (an empty answer is an error of Gradio's, at every tick).
+            return {history: gr.skip(), seen: gr.skip()}
         return {history: tables.history_table(controller, access.scope(visitor, shown)), seen: now}
 
     @history.select(inputs=show, outputs=[run_id, run_requests, run_videos], api_visibility="private")
@@ -77,7 +76,7 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
     ) -> dict[gr.Component, Any]:
         row = evt.row_value or []
         if not row:
-            return {}
+            return {run_id: gr.skip(), run_requests: gr.skip(), run_videos: gr.skip()}
         selected = str(row[0])
         requests = handlers.run_requests_flat(controller, selected, scope_of(request, profile, shown))
         videos = [

@@ -40,7 +40,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
             show = gr.Radio(
                 [MINE, EVERYONE], value=MINE, label="Show", visible=False, elem_id="show", scale=0, min_width=200
             )
-        engine_status = gr.Markdown(markdown_text(controller.engine_summary()), elem_id="engine-status")
+        engine_status = gr.Markdown(markdown_text(controller.public_summary()), elem_id="engine-status")
         with gr.Tabs():
             with gr.Tab("Generate", id="generate-tab"):
                 build_generate_tab(controller, access, engine_status, show)
@@ -71,11 +71,6 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
             visitor = access.visitor(request, profile)
             if visitor is not None:
                 controller.page_closed(visitor, request.session_hash or browser_of(request))
-
-        @demo.load(api_visibility="private")
-        async def resume_unfinished() -> None:
-            """Opening the page follows up what a previous studio left unfinished."""
-            await controller.resume_unfinished()
 
     return demo
 

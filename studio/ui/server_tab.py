@@ -14,9 +14,9 @@ import pandas as pd
 from pydantic import ValidationError
 
 from studio.backend.controller import StudioController
-from studio.backend.engine_warmup import warmup_note, warmup_state
 from studio.backend.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.server_metrics import scrape
+from studio.backend.server_warmup import warmup_note, warmup_state
 from studio.backend.supervisor import ManagedServer, ServerState
 from studio.backend.variants import VariantError, server_flags
 from studio.config import MANAGED_ENGINES, EngineMode, StudioSettings
@@ -188,6 +188,7 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
             ("visitor_max_in_flight", "Per visitor: in flight"),
             ("visitor_max_queued", "Per visitor: queued"),
             ("visitor_max_videos_per_hour", "Per visitor: videos per hour"),
+            ("max_run_requests", "Largest run (requests)"),
         ):
             form[name] = gr.Number(
                 value=getattr(settings, name),
@@ -207,8 +208,9 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
 
 def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
     values = {name: (None if value in (None, "") else value) for name, value in form.items()}
-    if values.get("visitor_max_queued") is None:  # it always has a limit: blank keeps the current one
-        values["visitor_max_queued"] = controller.settings.visitor_max_queued
+    for always_limited in ("visitor_max_queued", "max_run_requests"):  # blank keeps the current limit
+        if values.get(always_limited) is None:
+            values[always_limited] = getattr(controller.settings, always_limited)
     try:
         settings = controller.apply_sharing(**values)
     except (ValidationError, ValueError) as exc:

@@ -76,7 +76,38 @@ def start_studio(outputs: Path, log: Path, *extra: str, timeout_s: float = 120.0
     except RuntimeError:
         process.kill()  # a studio that never answered is not left running
         raise
-    return RunningStudio(url, outputs, process, log)
+    studio = RunningStudio(url, outputs, process, log)
+    STARTED.append(studio)
+    return studio
+
+
+# Every studio started here, for the check after each browser test that its log holds no error.
+STARTED: list[RunningStudio] = []
+LOG_ERRORS = ("Traceback (most recent call last)", "Exception in ASGI application", "didn't return enough output")
+
+
+def log_errors(text: str) -> list[str]:
+    """The lines of a studio's log that tell of an error: a traceback, an exception Gradio caught and logged."""
+    return [line for line in text.splitlines() if any(mark in line for mark in LOG_ERRORS)]
+
+
+@pytest.fixture(autouse=True)
+def studio_log_stays_clean(request):
+    """A browser test fails when a studio's log gained a traceback or an error event while it ran (an error
+    Gradio swallows shows only there)."""
+    if "tests/browser" not in str(request.node.fspath):
+        yield
+        return
+    seen = {id(studio): studio.log.stat().st_size if studio.log.exists() else 0 for studio in STARTED}
+    yield
+    for studio in STARTED:
+        if not studio.log.exists():
+            continue
+        with studio.log.open("rb") as handle:
+            handle.seek(seen.get(id(studio), 0))
+            added = handle.read().decode(errors="replace")
+        errors = log_errors(added)
+        assert not errors, f"{studio.log} gained errors: {errors[:5]}\n{added[-3000:]}"
 
 
 def stop_studio(studio: RunningStudio) -> None:

@@ -240,3 +240,16 @@ def test_engine_command_serves_until_stopped(tmp_path):
 def test_bad_engine_flag_values_fail_with_one_line():
     result = studio("engine", "--port", "0", timeout=60)
     assert result.returncode == 2 and "port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`omni-studio doctor --json | head`: the pipe is closed before the report is written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "studio", "doctor", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdout.close()  # nobody reads: the report's write meets a closed pipe
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 141
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode(errors="replace")

@@ -15,6 +15,7 @@ from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from studio.media import probe_mp4
 from studio.protocol import JobStatus, VideoRequest
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +69,12 @@ def test_progress_rises_and_cancel_frees_the_engine(engine, tmp_path):
                     seen.append(record.progress)
 
             task = asyncio.create_task(client.run(long_job, tmp_path / "long.mp4", on_update=track))
-            while len({p for p in seen if p > 0}) < 3:
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                lambda: len({p for p in seen if p > 0}) >= 3,
+                "three different progress values of the long job",
+                120,
+                detail=lambda: f"progress seen {seen}, the job's task done: {task.done()}",
+            )
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

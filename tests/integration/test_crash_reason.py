@@ -20,7 +20,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ManagedServer, ServerState
 from tests.conftest import MODEL_DIR, engine_settings, start_engine
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -130,11 +130,6 @@ def test_a_killed_engine_has_no_lines_that_explain_its_crash_and_quotes_none_of_
         server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs StudioController._server_exited (studio/backend/controller.py) to quote server.crash_lines(5) "
-    "instead of server.log_tail(5)",
-)
 def test_an_in_flight_request_fails_with_the_crash_reason_and_not_the_start_up_banner(tmp_path):
     settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05)
     controller = StudioController(settings)
@@ -145,8 +140,7 @@ def test_an_in_flight_request_fails_with_the_crash_reason_and_not_the_start_up_b
         run = controller.new_run(RunSpec(prompts=["a long one"], tier="256p", frames=33, steps=200))
         run.start()
         view = run.views[0]
-        while view.state is not RequestState.RUNNING:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: view.state is RequestState.RUNNING, "the request running at the engine", 120)
         os.kill(controller.server.pid, signal.SIGKILL)
         await run.wait()
         return view

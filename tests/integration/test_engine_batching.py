@@ -21,13 +21,14 @@ import torch
 from studio.config import TINY_WAN_DIR
 from studio.engine import jobs as jobs_module
 from studio.engine.encoding import StreamedEncode
-from studio.engine.generation import BatchItem, GenerationCancelled, GenerationParams
+from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.jobs import Job, JobManager
 from studio.engine.metrics import EngineMetrics
 from studio.engine.plain_call import generate_plain
-from studio.engine.vae_decode import vae_decode_chunks
+from studio.engine.vae_chunks import vae_decode_chunks
 from studio.media import Mp4Writer, encode_mp4
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -87,13 +88,6 @@ def decoded(path: Path) -> np.ndarray:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]).astype(int)
 
 
-def wait_until(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_batched_loop_matches_the_plain_pipeline_call(generator: VideoGenerator) -> None:
     requests = [params(11), params(12, negative_prompt="blurry"), params(13)]
     plain = [
@@ -143,7 +137,13 @@ def test_cancel_one_batched_job_leaves_the_others_intact(
     references = [generator.generate(p).frames for p in requests]
     manager = manager_for(generator, tmp_path, max_batch=3, batch_wait_ms=2000)
     jobs = [manager.submit(manager.new_job(p, fps=8)) for p in requests]
-    wait_until(lambda: all(job.status == "in_progress" and job.progress > 0 for job in jobs))
+    wait_for(
+        lambda: all(job.status == "in_progress" and job.progress > 0 for job in jobs),
+        "every job of the batch to be denoising",
+        30,
+        poll_s=0.01,
+        detail=lambda: f"{[(job.status, job.progress) for job in jobs]}",
+    )
     assert all(job.batch_size == 3 for job in jobs)
     cancelled_at = time.monotonic()
     assert manager.cancel(jobs[1].id, wait_s=5.0)  # stops at its next step, long before the batch ends
@@ -177,7 +177,7 @@ def test_only_jobs_of_one_shape_share_a_batch_and_the_oldest_goes_first(
 ) -> None:
     manager = manager_for(generator, tmp_path, max_batch=4, batch_wait_ms=0)
     blocker = manager.submit(manager.new_job(params(50, steps=6), fps=8))  # runs alone; the rest queue behind it
-    wait_until(lambda: blocker.status == "in_progress")
+    wait_for(lambda: blocker.status == "in_progress", "the blocking job to run", 30, poll_s=0.01)
     a = manager.submit(manager.new_job(params(51), fps=8))
     b = manager.submit(manager.new_job(params(52, width=48), fps=8))  # another size
     c = manager.submit(manager.new_job(params(53), fps=8))
@@ -200,7 +200,7 @@ def test_a_job_waits_at_most_batch_wait_for_partners(
     manager = manager_for(generator, tmp_path, max_batch=8, batch_wait_ms=3000)
 
     def waited(job: Job) -> float:
-        wait_until(lambda: job.started_at is not None)
+        wait_for(lambda: job.started_at is not None, f"job {job.id} to start", 30, poll_s=0.01)
         return job.started_at - (time.time() - (time.monotonic() - job.queued_at))
 
     # Nothing else running: a lone job waits a tenth of batch_wait for a burst, then runs alone.
@@ -210,7 +210,7 @@ def test_a_job_waits_at_most_batch_wait_for_partners(
 
     # A partner that arrives within the wait joins the batch.
     first = manager.submit(manager.new_job(params(62, steps=1), fps=8))
-    time.sleep(0.1)
+    time.sleep(0.1)  # the partner comes 0.1 s into the first job's wait for one: what is tested
     second = manager.submit(manager.new_job(params(63, steps=1), fps=8))
     for job in (first, second):
         assert job.done.wait(60) and job.status == "completed"
@@ -232,7 +232,9 @@ def test_while_other_jobs_finish_a_job_waits_the_whole_batch_wait(
     monkeypatch.setattr(jobs_module, "encode_mp4", slow_encode)
     manager = manager_for(generator, tmp_path, max_batch=8, batch_wait_ms=600, encode_workers=1)
     finishing = manager.submit(manager.new_job(params(64, steps=1), fps=8))
-    wait_until(lambda: finishing.progress == 95)  # denoised and decoded; its mp4 is being encoded
+    wait_for(  # denoised and decoded; its mp4 is being encoded
+        lambda: finishing.progress == 95, "the first job to be encoding its mp4", 30, poll_s=0.01
+    )
     queued = manager.submit(manager.new_job(params(65, steps=1), fps=8))
     assert queued.done.wait(60) and queued.status == "completed" and queued.batch_size == 1
     waited = queued.started_at - (time.time() - (time.monotonic() - queued.queued_at))

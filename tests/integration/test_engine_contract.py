@@ -10,6 +10,7 @@ import pytest
 
 from studio.media import probe_mp4
 from studio.protocol import JobRecord, JobStatus
+from tests import waiting
 from tests.conftest import API_KEY, MODEL_NAME, SMALL
 
 pytestmark = pytest.mark.integration
@@ -23,13 +24,15 @@ def form(**fields: str) -> dict:
 
 
 def wait_for(http: httpx.Client, job_id: str, predicate, timeout_s: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = http.get(f"/v1/videos/{job_id}").json()
-        if predicate(record):
-            return record
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} never reached the expected state; last: {record}")
+    last: list[dict] = []
+
+    def reached() -> dict | None:
+        last[:] = [http.get(f"/v1/videos/{job_id}").json()]
+        return last[0] if predicate(last[0]) else None
+
+    return waiting.wait_for(
+        reached, f"job {job_id} to reach the expected state", timeout_s, poll_s=0.05, detail=lambda: f"last: {last[0]}"
+    )
 
 
 @pytest.fixture

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from studio.config import TINY_WAN_DIR
-from studio.engine.generation import BatchItem, GenerationCancelled, GenerationParams, ModelLoadError
+from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationParams, ModelLoadError
 from studio.engine.generator import VideoGenerator
 from studio.engine.parallel import ParallelSettings, RankLayout
-from studio.engine.parallel.followers import FollowerLost
+from studio.engine.parallel.leader import FollowerLost
 from studio.engine.parallel.sequence import TokenShares, UlyssesWanAttnProcessor
 from studio.engine.parallel.split_decode import decoder_halo
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -155,9 +156,9 @@ def test_a_lost_rank_fails_the_next_request_at_once(spread: VideoGenerator) -> N
     follower = spread.rank.followers.processes[0]
     follower.kill()
     follower.join(10)
-    deadline = time.monotonic() + 10
-    while spread.rank.followers.lost is None and time.monotonic() < deadline:
-        time.sleep(0.01)  # the engine's watcher notices the exit by itself
+    wait_for(  # the engine's watcher notices the exit by itself
+        lambda: spread.rank.followers.lost is not None, "the engine to notice that rank 1 is lost", 10, poll_s=0.01
+    )
     started = time.monotonic()
     with pytest.raises(FollowerLost, match="rank 1 exited"):
         spread.generate(params(41))

@@ -16,11 +16,11 @@ import httpx
 import pytest
 import torch
 
-from studio.backend.engine_warmup import wait_until_warm
+from studio.backend.server_warmup import wait_until_warm
 from studio.backend.supervisor import free_port
 from studio.config import TINY_WAN_DIR
 from studio.engine import vae_decode, warmup
-from studio.engine.generation import BatchItem, DecodeSkipped, GenerationParams
+from studio.engine.generation_types import BatchItem, DecodeSkipped, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.jobs import JobManager
 from studio.engine.metrics import EngineMetrics

@@ -12,6 +12,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.visitors import Visitor
 from tests.conftest import MODEL_NAME, engine_settings
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +41,13 @@ def test_a_single_request_starts_before_a_long_queue_of_another_visitor_drains(e
     async def main():
         many = controller.new_run(quick([f"a square {i}" for i in range(64)], concurrency=64), A)
         many.start()
-        while controller.dispatcher.in_flight < SLOTS:  # A holds every slot, 60 more of A's wait
-            await asyncio.sleep(0.01)
+        await wait_for_async(  # A holds every slot, 60 more of A's wait
+            lambda: controller.dispatcher.in_flight >= SLOTS,
+            f"A's requests to hold all {SLOTS} slots",
+            120,
+            poll_s=0.01,
+            detail=lambda: f"{controller.dispatcher.in_flight} in flight",
+        )
         one = controller.new_run(quick(["a circle"], concurrency=1), B)
         one.start()
         standing = controller.standing(B)

@@ -12,6 +12,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ServerState
 from tests.conftest import engine_settings
+from tests.waiting import wait_for_async
 
 
 def fleet_controller(tmp_path, **values) -> StudioController:
@@ -40,8 +41,11 @@ def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(
             )
             long.start()
             victim = controller.servers[0]
-            while not any(v.state is RequestState.RUNNING and v.endpoint == victim.base_url for v in long.views):
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                lambda: any(v.state is RequestState.RUNNING and v.endpoint == victim.base_url for v in long.views),
+                "a long request to be running at the first replica",
+                120,
+            )
             running_there = next(
                 v for v in long.views if v.state is RequestState.RUNNING and v.endpoint == victim.base_url
             )

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -53,15 +52,20 @@ def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     try:
-        deadline = time.monotonic() + 180
         lines = []
-        while time.monotonic() < deadline:
+
+        def share_line_or_end() -> bool:
+            """One more line of the server's output (readline blocks until it comes): whether it is the share
+            link's failure, or the output has ended."""
             line = process.stdout.readline()
             if not line:
-                break
+                return True
             lines.append(line)
-            if "could not create a share link" in line:
-                break
+            return "could not create a share link" in line
+
+        wait_for(
+            share_line_or_end, "the share link's failure in the output", 180, poll_s=0, detail=lambda: "".join(lines)
+        )
         assert any("could not create a share link" in line and "Still serving locally" in line for line in lines)
         assert any("no share tunnel can be reached from this machine" in line for line in lines)
         assert not any("share=True" in line or "launch()" in line for line in lines)
@@ -82,9 +86,9 @@ def test_sigterm_stops_the_managed_engine_too(tmp_path):
 
     studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
     engine_log = tmp_path / "outputs" / "logs" / "embedded-server.log"
-    wait_for(
-        lambda: engine_log.exists() and "Application startup complete" in engine_log.read_text(),
-        "the studio's engine to start",
+    wait_for(  # uvicorn says it runs once it listens; "Application startup complete" comes before the bind
+        lambda: engine_log.exists() and "Uvicorn running on" in engine_log.read_text(),
+        "the studio's engine to listen",
         120,
     )
     port = int(re.search(r"--port (\d+)", engine_log.read_text()).group(1))

@@ -18,6 +18,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState, group_members
 from tests.conftest import engine_settings
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -100,8 +101,7 @@ def test_crash_is_noticed_and_fails_in_flight_requests(tmp_path):
         run = controller.new_run(RunSpec(prompts=["a long one"], tier="256p", frames=33, steps=200))
         run.start()
         view = run.views[0]
-        while view.state is not RequestState.RUNNING:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: view.state is RequestState.RUNNING, "the long request to be running", 120)
         os.kill(controller.server.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         await run.wait()
@@ -133,16 +133,18 @@ def test_auto_restart_resends_what_never_started_and_fails_what_ran(tmp_path):
         )
         long_run.start()
         running = long_run.views[0]
-        while running.state is not RequestState.RUNNING:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: running.state is RequestState.RUNNING, "the long request to be running", 120)
         queued_run.start()
-        while not all(v.state is RequestState.QUEUED and v.job_id for v in queued_run.views):
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: all(v.state is RequestState.QUEUED and v.job_id for v in queued_run.views),
+            "the three short requests to be queued at the server",
+            120,
+            detail=lambda: f"states {[(v.state.value, v.job_id) for v in queued_run.views]}",
+        )
         old_jobs = {v.id: v.job_id for v in queued_run.views}
         os.kill(controller.server.pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        while not running.state.finished:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: running.state.finished, "the running request to finish after the kill", 60)
         fail_s = time.monotonic() - killed_at
         await queued_run.wait()
         return running, fail_s, queued_run.views, old_jobs
@@ -178,11 +180,11 @@ def test_without_auto_restart_queued_requests_fail_with_the_reason(tmp_path):
         long_run = controller.new_run(RunSpec(prompts=["a long one"], tier="256p", frames=33, steps=200))
         queued_run = controller.new_run(RunSpec(prompts=["queued"], tier="256p", aspect="1:1", frames=5, steps=2))
         long_run.start()
-        while long_run.views[0].state is not RequestState.RUNNING:
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: long_run.views[0].state is RequestState.RUNNING, "the long request to be running", 120
+        )
         queued_run.start()
-        while not queued_run.views[0].job_id:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: queued_run.views[0].job_id, "the short request to get a job at the server", 120)
         os.kill(controller.server.pid, signal.SIGKILL)
         await queued_run.wait()
         await long_run.wait()

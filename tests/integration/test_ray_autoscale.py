@@ -21,7 +21,7 @@ from studio.backend.server_metrics import ServerMetrics, scrape
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ManagedServer, ServerState
 from tests.conftest import engine_settings
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -74,16 +74,25 @@ async def load_until_a_second_replica_serves(
     runs: list[Run] = []
     added: list[ManagedServer] = []
     loaded_at = time.time()
-    deadline = time.monotonic() + LOAD_DEADLINE_S
-    while not (added and any(view.endpoint == added[0].base_url for run in runs for view in run.views)):
-        assert time.monotonic() < deadline, f"no second replica serving within {LOAD_DEADLINE_S:.0f} s"
+
+    async def second_replica_serves() -> bool:
+        """Whether the added replica has taken a request; if not yet, more load, and the replica once added."""
+        if added and any(view.endpoint == added[0].base_url for run in runs for view in run.views):
+            return True
         if sum(run.unsent for run in runs) < BATCH:
             runs.append(fleet.new_run(spec("a red circle", BATCH)))
             runs[-1].start()
         if not added and len(fleet.servers) == 2:
             added.append(fleet.servers[1])
             await asyncio.to_thread(on_added, added[0])
-        await asyncio.sleep(0.05)
+        return False
+
+    await wait_for_async(
+        second_replica_serves,
+        "a second replica serving",
+        LOAD_DEADLINE_S,
+        detail=lambda: f"{len(fleet.servers)} servers, {sum(run.unsent for run in runs)} requests unsent",
+    )
     assert fleet.dispatcher.slots == 16  # the in-flight slots follow the replicas: 8 each
     for run in runs:
         await run.wait()

@@ -17,7 +17,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.supervisor import ServerState
 from tests.conftest import engine_settings
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_async
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install .[ray])")
 
@@ -94,8 +94,11 @@ def test_a_killed_replica_fails_only_what_it_ran_and_comes_back(fleet):
             RunSpec(prompts=["a long one"], copies=4, tier="256p", aspect="1:1", frames=9, steps=40, concurrency=4)
         )
         long.start()
-        while not any(v.state is RequestState.RUNNING and v.endpoint == old_url for v in long.views):
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: any(v.state is RequestState.RUNNING and v.endpoint == old_url for v in long.views),
+            "a long request to be running at the first replica",
+            120,
+        )
         running_there = next(v for v in long.views if v.state is RequestState.RUNNING and v.endpoint == old_url)
         os.kill(old_pid, signal.SIGKILL)
         await long.wait()

@@ -14,6 +14,7 @@ from studio.backend.runs import Run
 from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 from tests.conftest import MODEL_NAME, start_engine
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -75,9 +76,14 @@ def test_a_single_server_that_went_down_is_waited_for_and_comes_back(tmp_path):
             )
             run.start()
             view = run.views[0]
-            while "waiting up to 120 s" not in (view.error or ""):  # says why it waits, instead of failing
+
+            def says_why_it_waits() -> bool:  # it says why it waits, instead of failing
+                if "waiting up to 120 s" in (view.error or ""):
+                    return True
                 assert not view.state.finished, view.error
-                await asyncio.sleep(0.05)
+                return False
+
+            await wait_for_async(says_why_it_waits, "the request to say it waits for the server", 60)
             await asyncio.to_thread(server.start, same_port=True)
             await run.wait()
             await pool.close()

@@ -14,6 +14,7 @@ from studio.backend.controller import StudioController
 from studio.backend.request_state import RequestState
 from studio.ui import bench_view, figures, gallery, handlers, tables
 from tests.conftest import MODEL_NAME, engine_settings
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +48,12 @@ def controller(tmp_path_factory):
 
 
 async def wait_finished(controller: StudioController) -> None:
-    while controller.board.active():
-        await asyncio.sleep(0.05)
+    await wait_for_async(
+        lambda: not controller.board.active(),
+        "every request on the board to finish",
+        240,
+        detail=lambda: f"still active: {[v.state.value for v in controller.board.active()]}",
+    )
 
 
 def test_submit_runs_everything_and_figures_follow(controller):
@@ -103,8 +108,9 @@ def test_cancel_all_stops_in_flight_work(controller):
     async def main():
         await handlers.submit(controller, {**FORM, "frames": 33, "steps": 200, "copies": 3, "concurrency": 2})
         run = controller.board.runs[-1]
-        while not any(v.state is RequestState.RUNNING for v in run.views):
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: any(v.state is RequestState.RUNNING for v in run.views), "a request of the run to be running", 120
+        )
         stopped = controller.board.cancel_all()
         assert stopped == 6, [(v.state, v.error) for v in run.views]
         await wait_finished(controller)
@@ -261,8 +267,9 @@ def test_cancel_from_a_selected_row_and_the_status_line_follows(controller):
     async def main():
         await handlers.submit(controller, {**FORM, "frames": 33, "steps": 200, "copies": 2, "concurrency": 1})
         run = controller.board.runs[-1]
-        while not any(v.state is RequestState.RUNNING for v in run.views):
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            lambda: any(v.state is RequestState.RUNNING for v in run.views), "a request of the run to be running", 120
+        )
         running = next(v for v in run.views if v.state is RequestState.RUNNING)
         # The table shows a short id; selecting its row gives the full id, and both cancel it.
         shown = tables.request_table(controller.board).set_index("state").loc["running", "id"]

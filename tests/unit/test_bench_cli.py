@@ -6,8 +6,8 @@ from studio.backend.bench_config import BenchConfigError
 from studio.backend.layouts import Layout
 from studio.cli import build_parser
 from studio.cli.bench import BenchCommand, _config
-from studio.cli.flags import model_values
 from studio.cli.studio_flags import studio_settings
+from studio.settings_flags import model_values
 
 
 def parse(*argv: str):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from studio.config import PROJECT_ROOT, TINY_WAN_DIR
-from studio.engine import compile_cache
-from studio.engine.compile_cache import ARTIFACTS, MANIFEST, CacheKey, CompileCache, cache_key
+from studio.engine.gpu import compile_cache
+from studio.engine.gpu.compile_cache import ARTIFACTS, MANIFEST, CacheKey, CompileCache, cache_key
 
 SIZES = [(320, 192, 33), (832, 480, 33)]
 OPTIONS = {"compile": "blocks", "cfg_parallel_size": 1, "ulysses_degree": 2}
@@ -95,7 +95,7 @@ def test_a_corrupt_manifest_is_ignored_with_a_warning(
     CompileCache(tmp_path, key).save({"attention_backend": "default"})
     (CompileCache(tmp_path, key).directory / MANIFEST).write_text(damage)
     cache = CompileCache(tmp_path, key)
-    with caplog.at_level(logging.WARNING, logger="studio.engine.compile_cache"):
+    with caplog.at_level(logging.WARNING, logger="studio.engine.gpu.compile_cache"):
         assert cache.open() is False
     assert "ignored" in caplog.text and cache.choices == {} and cache.usable
     assert not (cache.directory / MANIFEST).exists()  # cleared, and made afresh by this start
@@ -109,7 +109,7 @@ def test_a_foreign_entry_is_ignored(tmp_path: Path, caplog: pytest.LogCaptureFix
     CompileCache(tmp_path, theirs).save({"attention_backend": "_native_flash"})
     (tmp_path / theirs.digest).rename(tmp_path / mine.digest)
     cache = CompileCache(tmp_path, mine)
-    with caplog.at_level(logging.WARNING, logger="studio.engine.compile_cache"):
+    with caplog.at_level(logging.WARNING, logger="studio.engine.gpu.compile_cache"):
         assert cache.open() is False
     assert "another key" in caplog.text and cache.choices == {}
     assert json.loads((cache.entry / "key.json").read_text()) == mine.fields  # the entry is now this key's
@@ -119,7 +119,7 @@ def test_an_unwritable_root_leaves_the_cache_off(tmp_path: Path, caplog: pytest.
     root = tmp_path / "a-file"
     root.write_text("not a folder")
     cache = CompileCache(root, CacheKey({"model": "a"}))
-    with caplog.at_level(logging.WARNING, logger="studio.engine.compile_cache"):
+    with caplog.at_level(logging.WARNING, logger="studio.engine.gpu.compile_cache"):
         assert cache.open() is False
     assert not cache.usable and "off for this start" in caplog.text
     cache.activate()
@@ -151,7 +151,7 @@ PROBE = textwrap.dedent(
     import torch
     from torch._dynamo.utils import counters
 
-    from studio.engine.compile_cache import CacheKey, CompileCache
+    from studio.engine.gpu.compile_cache import CacheKey, CompileCache
 
     cache = CompileCache(Path(sys.argv[1]), CacheKey({"probe": 1}))
     warm = cache.open()
@@ -192,6 +192,6 @@ def test_a_second_process_reuses_the_first_ones_compile(tmp_path: Path, caplog: 
     assert (cache.directory / ARTIFACTS).stat().st_size > 0 and (cache.directory / "inductor").is_dir()
     artifacts = cache.directory / ARTIFACTS
     artifacts.write_bytes(artifacts.read_bytes()[::-1])
-    with caplog.at_level(logging.WARNING, logger="studio.engine.compile_cache"):
+    with caplog.at_level(logging.WARNING, logger="studio.engine.gpu.compile_cache"):
         assert cache.open() is False
     assert "checksum" in caplog.text and not (cache.directory / "inductor").exists()

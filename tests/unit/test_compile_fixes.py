@@ -1,4 +1,4 @@
-"""The mend of torch's kernel tuning cache lookup (studio.engine.compile_fixes): which launch a cached pick
+"""The mend of torch's kernel tuning cache lookup (studio.engine.gpu.compile_fixes): which launch a cached pick
 gives, and where the mend is applied. The lookup itself runs only on a GPU with Triton (benchmarks/
 engine_restart.py measures it there)."""
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from studio.engine import compile_fixes
-from studio.engine.compile_fixes import cached_pick
+from studio.engine.gpu import compile_fixes
+from studio.engine.gpu.compile_fixes import cached_pick
 
 
 @dataclass

@@ -70,7 +70,7 @@ def test_a_flag_without_a_description_is_refused():
 
     from pydantic import BaseModel
 
-    from studio.cli.flags import add_model_flags
+    from studio.settings_flags import add_model_flags
 
     class Undocumented(BaseModel):
         level: int = 1

@@ -23,7 +23,7 @@ from studio.backend.cosmos_framework_client import (
     generate_body,
     server_base,
 )
-from studio.backend.engines import client_class_for
+from studio.backend.engine_kinds import client_class_for
 from studio.backend.request_state import RequestState
 from studio.backend.router import EndpointPool
 from studio.backend.runs import Run

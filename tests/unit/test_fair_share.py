@@ -14,6 +14,7 @@ from studio.backend.request_state import RequestState
 from studio.backend.spec import RunSpec
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.config import StudioSettings
+from tests.waiting import wait_for_async
 
 ALICE = Visitor("alice", "Alice", operator=False)
 BOB = Visitor("bob", "Bob", operator=False)
@@ -22,10 +23,9 @@ CAROL = Visitor("carol", "Carol", operator=False)
 NOWHERE = "http://127.0.0.1:9"
 
 
-async def until(condition) -> None:
+async def until(condition, what: str) -> None:
     """Let the loop run until `condition()` holds (tasks queue up in the order they were made)."""
-    while not condition():
-        await asyncio.sleep(0)
+    await wait_for_async(condition, what, 5, poll_s=0)
 
 
 async def grant_order(dispatcher: FairShare, arrivals: list[Visitor]) -> list[str]:
@@ -42,9 +42,9 @@ async def grant_order(dispatcher: FairShare, arrivals: list[Visitor]) -> list[st
             order.append(visitor.id)
 
     held = asyncio.create_task(holder())
-    await until(lambda: dispatcher.in_flight == 1)
+    await until(lambda: dispatcher.in_flight == 1, "the holder to take the slot")
     tasks = [asyncio.create_task(one(visitor)) for visitor in arrivals]
-    await until(lambda: sum(dispatcher.queued_by_visitor().values()) == len(arrivals))
+    await until(lambda: sum(dispatcher.queued_by_visitor().values()) == len(arrivals), "every arrival to queue")
     release.set()
     await asyncio.gather(held, *tasks)
     return order
@@ -75,7 +75,7 @@ def test_in_flight_limit_per_visitor_and_operators_are_not_limited():
                 await release.wait()
 
         tasks = [asyncio.create_task(one(v)) for v in [ALICE] * 5 + [LOCAL_OPERATOR] * 5]
-        await until(lambda: dispatcher.in_flight == 7)
+        await until(lambda: dispatcher.in_flight == 7, "7 slots to be taken")
         queued = dispatcher.queued_by_visitor()["alice"]
         release.set()
         await asyncio.gather(*tasks)
@@ -99,9 +99,9 @@ def test_a_cancelled_waiter_leaves_the_queue_and_a_granted_one_gives_its_slot_ba
                     await release.wait()
 
         first = asyncio.create_task(one(ALICE, hold=True))
-        await until(lambda: dispatcher.in_flight == 1)
+        await until(lambda: dispatcher.in_flight == 1, "the holder to take the slot")
         doomed, waiting = asyncio.create_task(one(BOB)), asyncio.create_task(one(CAROL))
-        await until(lambda: sum(dispatcher.queued_by_visitor().values()) == 2)
+        await until(lambda: sum(dispatcher.queued_by_visitor().values()) == 2, "2 requests to queue for a slot")
         doomed.cancel()
         await asyncio.gather(doomed, return_exceptions=True)
         assert dispatcher.queued_by_visitor() == {"carol": 1}
@@ -112,9 +112,9 @@ def test_a_cancelled_waiter_leaves_the_queue_and_a_granted_one_gives_its_slot_ba
         dispatcher.set_slots(1)
         blocker = asyncio.create_task(one(ALICE, hold=True))
         release.clear()
-        await until(lambda: dispatcher.in_flight == 1)
+        await until(lambda: dispatcher.in_flight == 1, "the holder to take the slot")
         granted, after = asyncio.create_task(one(BOB)), asyncio.create_task(one(CAROL))
-        await until(lambda: sum(dispatcher.queued_by_visitor().values()) == 2)
+        await until(lambda: sum(dispatcher.queued_by_visitor().values()) == 2, "2 requests to queue for a slot")
         release.set()
         await blocker
         granted.cancel()  # its slot was handed over as the blocker left; it never ran
@@ -135,7 +135,7 @@ def test_served_before_counts_others_requests_ahead_in_turn():
                 await release.wait()
 
         tasks = [asyncio.create_task(one(v)) for v in [LOCAL_OPERATOR] + [ALICE] * 5 + [BOB] * 3 + [CAROL]]
-        await until(lambda: sum(dispatcher.queued_by_visitor().values()) == 9)
+        await until(lambda: sum(dispatcher.queued_by_visitor().values()) == 9, "9 requests to queue for a slot")
         # Carol's one request: after one of Alice's and one of Bob's (their turns come first).
         carol = dict(dispatcher.served_before("carol", 1))
         # Bob's three: Alice goes before him each round (3), Carol once.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from studio.engine.graphs import GraphedForward
+from studio.engine.gpu.graphs import GraphedForward
 
 
 def forward(hidden: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor) -> torch.Tensor:

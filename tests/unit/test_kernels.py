@@ -1,4 +1,4 @@
-"""The engine's kernel substitutions in a Wan transformer (studio.engine.kernels). Off a GPU each op runs its
+"""The engine's kernel substitutions in a Wan transformer (studio.engine.gpu.kernels). Off a GPU each op runs its
 plain torch arithmetic, so here they must give diffusers' own results; the Triton and cuBLASLt paths are
 checked against the same arithmetic on the GPU (benchmarks/profile_gpu.py) and by the engine before it serves."""
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from diffusers import WanTransformer3DModel
 
-from studio.engine import kernels
 from studio.engine.generator import VideoGenerator
+from studio.engine.gpu import kernels
 
 TINY_WAN_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-wan"
 
@@ -133,7 +133,7 @@ def test_the_engine_refuses_kernels_that_change_the_forward(
     monkeypatch.setattr(kernels, "qk_norm_rope_reference", rotated_wrong)
     transformer = generator.pipe.transformer
     processors = [m.processor for m in transformer.modules() if type(m).__name__ == "WanAttention"]
-    with caplog.at_level(logging.WARNING, logger="studio.engine.kernels"):
+    with caplog.at_level(logging.WARNING, logger="studio.engine.gpu.kernels"):
         generator.gpu.install_kernels(generator.pipe)
     assert generator.gpu.kernels == {} and generator.gpu.installed_kernels is None
     assert [m.processor for m in transformer.modules() if type(m).__name__ == "WanAttention"] == processors

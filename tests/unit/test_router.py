@@ -8,6 +8,7 @@ import time
 import pytest
 
 from studio.backend.router import Endpoint, EndpointPool, NoEndpointError
+from tests.waiting import wait_for
 
 
 def pool_of(count: int) -> EndpointPool:
@@ -132,9 +133,12 @@ def test_endpoints_added_and_removed_while_requests_come_and_go_on_other_threads
             url = f"http://127.0.0.1:{9200 + round_}"
             pool.add(url)
             endpoint = pool.retire(url)
-            deadline = time.monotonic() + 10
-            while endpoint.outstanding and time.monotonic() < deadline:  # what it got before it was retired
-                time.sleep(0)
+            wait_for(  # what it got before it was retired
+                lambda endpoint=endpoint: not endpoint.outstanding,
+                "the retired endpoint's requests to be released",
+                10,
+                poll_s=0,
+            )
             pool.remove(url)
     finally:
         stop.set()

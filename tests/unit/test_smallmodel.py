@@ -10,7 +10,7 @@ import torch
 
 import studio.smallmodel  # noqa: F401  registers the pipeline class with diffusers
 from studio.engine.frames import resize_frames
-from studio.engine.generation import GenerationCancelled, GenerationParams
+from studio.engine.generation_types import GenerationCancelled, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.smallmodel import OmniFieldDenoiser, OmniSmallT2VPipeline, OmniTextEncoder, build_pipeline
 from studio.smallmodel.analysis import label_components, measure_shape, read_video, shape_of

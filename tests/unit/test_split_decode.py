@@ -14,7 +14,7 @@ from studio.config import TINY_WAN_DIR
 from studio.engine.frames import to_uint8_tensor
 from studio.engine.parallel.layout import RankLayout
 from studio.engine.parallel.split_decode import can_split, decoder_halo, plan_strips, split_frames
-from studio.engine.vae_decode import vae_decode_chunks
+from studio.engine.vae_chunks import vae_decode_chunks
 
 
 class StripsInTurn:

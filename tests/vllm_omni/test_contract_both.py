@@ -5,7 +5,6 @@ Every observable difference left is deliberate and listed in docs/compatibility.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -14,6 +13,7 @@ import pytest
 from studio.media import probe_mp4
 from tests.conftest import start_engine
 from tests.vllm_omni.conftest import API_KEY
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 SMALL = {"prompt": "a red circle", "size": "64x64", "num_frames": "5", "num_inference_steps": "2"}
@@ -39,13 +39,13 @@ def http(request) -> Iterator[httpx.Client]:
 
 
 def wait(http: httpx.Client, job_id: str, statuses: tuple[str, ...], timeout_s: float = 300) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = http.get(f"/v1/videos/{job_id}").json()
-        if record["status"] in statuses:
-            return record
-        time.sleep(0.05)
-    raise AssertionError(f"{job_id} never reached {statuses}: {record}")
+    last: list[dict] = []
+
+    def reached() -> dict | None:
+        last[:] = [http.get(f"/v1/videos/{job_id}").json()]
+        return last[0] if last[0]["status"] in statuses else None
+
+    return wait_for(reached, f"{job_id} to reach {statuses}", timeout_s, poll_s=0.05, detail=lambda: f"{last[0]}")
 
 
 def test_health_models_and_auth(http):

@@ -28,6 +28,7 @@ from studio.media import probe_mp4
 from studio.protocol import VideoRequest, error_message
 from tests.conftest import WAN_DIR
 from tests.vllm_omni.conftest import API_KEY, VLLM, start_vllm, vllm_settings
+from tests.waiting import wait_for_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
@@ -187,14 +188,24 @@ def test_metrics_show_running_and_waiting(vllm_server):
                 )
                 for i in range(2)
             ]
-            deadline, seen = time.monotonic() + 120, None
-            while time.monotonic() < deadline:
+            seen = None
+
+            async def one_running_one_waiting() -> bool:
+                nonlocal seen
                 seen = await scrape(vllm_server.base_url)
-                if seen.running == 1 and seen.waiting == 1:
-                    break
-                await asyncio.sleep(0.2)
-            for job in jobs:
-                await client.cancel(job.id)
+                return seen.running == 1 and seen.waiting == 1
+
+            try:
+                await wait_for_async(
+                    one_running_one_waiting,
+                    "the metrics to show one job running and one waiting",
+                    120,
+                    poll_s=0.2,
+                    detail=lambda: f"last scrape: {seen}",
+                )
+            finally:
+                for job in jobs:
+                    await client.cancel(job.id)
             return seen
 
     seen = asyncio.run(main())
@@ -212,8 +223,7 @@ def test_killed_server_fails_in_flight_keeps_finished_and_restarts(tmp_path):
             run = controller.new_run(small_spec(["in flight"], frames=33, steps=60))
             run.start()
             view = run.views[0]
-            while view.state is not RequestState.RUNNING:
-                await asyncio.sleep(0.05)
+            await wait_for_async(lambda: view.state is RequestState.RUNNING, "the request to be running", 120)
             os.killpg(controller.server.pid, signal.SIGKILL)
             killed = time.monotonic()
             await run.wait()

@@ -14,7 +14,7 @@ from studio.engine.parallel.messages import Kind, Message
 from studio.engine.parallel.sequence import SequenceGroup
 
 if TYPE_CHECKING:
-    from studio.engine.parallel.followers import Followers
+    from studio.engine.parallel.leader import Followers
 
 
 class OutOfStep(RuntimeError):

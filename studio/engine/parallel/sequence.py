@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed._functional_collectives as funcol
 
-from studio.engine import kernels
+from studio.engine.gpu import kernels
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from studio.engine.frames import to_uint8_tensor
+from studio.engine.vae_chunks import vae_decode_chunks
 
 if TYPE_CHECKING:
     from studio.engine.parallel.rank import ParallelRank
@@ -118,8 +119,6 @@ def cropped_after_middle(decoder: Any, dim: int, strip: Strip) -> Iterator[None]
 def split_frames(vae: Any, z: torch.Tensor, rank: ParallelRank) -> Iterator[torch.Tensor]:
     """`vae.decode(z)` (B, C, T, H, W), latent frame by latent frame as uint8 (B, T, H, W, 3), each rank decoding
     its strip; every rank yields the whole frames (the leader hands them on, the others drop them)."""
-    from studio.engine.vae_decode import vae_decode_chunks
-
     parts, index = rank.layout.world_size, rank.layout.rank
     dim = -1 if z.shape[-1] >= z.shape[-2] else -2  # the longer side: the halo is the smaller share of it
     axis = 3 if dim == -1 else 2  # that side in the uint8 frames (B, T, H, W, 3)

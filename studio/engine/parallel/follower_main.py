@@ -1,5 +1,6 @@
-"""A follower rank's process: join the ranks, load the same pipeline on its own device, then run what the
-leader runs, told over its pipe, until told to stop or the leader is gone."""
+"""A follower rank's process (its main, which the leader's side, studio.engine.parallel.leader, spawns): join the
+ranks, load the same pipeline on its own device with the generator class the leader sent, then run what the leader
+runs, told over its pipe, until told to stop or the leader is gone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from studio.engine.parallel.rank import OutOfStep, ParallelRank
 
 if TYPE_CHECKING:
     from studio.engine.generator import VideoGenerator
-    from studio.engine.parallel.followers import FollowerSpec
+    from studio.engine.parallel.leader import FollowerSpec
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,13 @@ def run_follower(spec: FollowerSpec, leader: Connection) -> None:
     try:
         import torch
 
-        from studio.engine.generator import VideoGenerator
-
         leader.send(Message("joining"))
         if spec.device == "cuda":
             torch.cuda.set_device(spec.rank)
         layout = RankLayout(spec.parallel.cfg_parallel_size, spec.parallel.ulysses_degree, spec.rank)
         groups = join(layout, spec.port, spec.device, spec.parallel.collective_timeout_s)
         rank = ParallelRank(groups, leader=leader, split_decode=spec.parallel.split_decode)
-        generator = VideoGenerator(spec.model, device=spec.device, rank=rank, **spec.generator_options)
+        generator = spec.generator_class(spec.model, device=spec.device, rank=rank, **spec.generator_options)
         generator.load()
         leader.send(Message("ready"))
     except BaseException as exc:

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from studio.engine import kernels
-from studio.engine.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
-from studio.engine.compile_fixes import keep_cached_kernel_tuning
-from studio.engine.graphs import Forward, GraphedForward
+from studio.engine.gpu import kernels
+from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
+from studio.engine.gpu.compile_fixes import keep_cached_kernel_tuning
+from studio.engine.gpu.graphs import Forward, GraphedForward
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class GpuSetup:
         transformer compiled (its repeated blocks, or whole) for static shapes: a graph per size and batch
         bucket, no dynamic-shape kernels. `forward` is the transformer's forward the CUDA graphs capture; `dtype` the
         one the model was loaded in; `cached_backend` the fastest kernel as an earlier start on this machine
-        measured it (studio.engine.compile_cache), which spares the timing."""
+        measured it (studio.engine.gpu.compile_cache), which spares the timing."""
         transformer = pipe.transformer
         if hasattr(transformer, "fuse_qkv_projections"):
             try:
@@ -109,7 +109,7 @@ class GpuSetup:
         return self._eager_transformer if self._eager_transformer is not None else pipe.transformer
 
     def install_kernels(self, pipe: Any) -> None:
-        """Put the engine's kernels (studio.engine.kernels) into a Wan transformer, if one forward on a small
+        """Put the engine's kernels (studio.engine.gpu.kernels) into a Wan transformer, if one forward on a small
         input with them matches the forward without them; else leave it as it was."""
         transformer = pipe.transformer
         if (

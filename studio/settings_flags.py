@@ -1,5 +1,6 @@
 """argparse options built from the fields of a pydantic model, so that a setting's flag, type, choices, default and
-help are declared once, on the field (studio/config.py, studio/backend/bench_config.py).
+help are declared once, on the field (studio/config.py, studio/backend/bench_config.py); the CLI and the engine's
+own `python -m studio.engine` both make their flags here.
 
 A field's flag is `--` + its name in kebab case, or the names its `json_schema_extra` lists under "flags". A list
 field takes one comma-separated value (the model's validator splits it), or, where `json_schema_extra` says
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -25,12 +26,6 @@ class ArgumentContainer(Protocol):
     """A parser or an argument group of one."""
 
     def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
-
-
-class Subcommands(Protocol):
-    """What `ArgumentParser.add_subparsers` returns: where each command adds its parser."""
-
-    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -111,3 +106,10 @@ def model_values(
         if value is not None:
             values[name] = value
     return values
+
+
+def validation_text(exc: ValidationError) -> str:
+    """Every problem of a settings model in one line: `field: message; ...`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" if err["loc"] else err["msg"] for err in exc.errors()
+    )

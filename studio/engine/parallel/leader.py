@@ -1,4 +1,5 @@
-"""The leader's side of the ranks: starting the followers, hearing from them, telling them, stopping them."""
+"""The leader's side of the ranks: starting the followers, hearing from them, telling them, stopping them.
+(Each follower's process runs studio.engine.parallel.follower_main.)"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from studio.engine.parallel.follower_main import run_follower
 from studio.engine.parallel.groups import free_port, join, set_collective_environment
 from studio.engine.parallel.layout import RankLayout
 from studio.engine.parallel.messages import Kind, Message
@@ -28,13 +30,15 @@ class FollowerLost(RuntimeError):
 
 @dataclass(frozen=True)
 class FollowerSpec:
-    """What a follower needs to stand up its rank (sent to its process, so plain values only)."""
+    """What a follower needs to stand up its rank (sent to its process, so plain values only; the generator's
+    class travels by its name)."""
 
     rank: int
     port: int
     parallel: ParallelSettings
     model: str
     device: str
+    generator_class: Callable[..., Any]  # the leader's VideoGenerator: the follower makes one of its own
     generator_options: dict[str, Any] = field(default_factory=dict)  # VideoGenerator's keyword arguments
 
 
@@ -54,8 +58,6 @@ class Followers:
 
     @classmethod
     def start(cls, specs: Sequence[FollowerSpec]) -> Followers:
-        from studio.engine.parallel.follower import run_follower
-
         # spawn: a fresh interpreter for each rank (a forked CUDA context cannot be used).
         context = multiprocessing.get_context("spawn")
         processes, pipes = [], []
@@ -152,15 +154,25 @@ class Followers:
         self.fail(f"rank {rank} exited with status {self.processes[rank - 1].exitcode}")
 
 
-def start_leader(parallel: ParallelSettings, model: str, device: str, options: dict[str, Any]) -> ParallelRank:
-    """Rank 0: start ranks 1.. (each loads `model` with the generator's `options`), then join them."""
+def start_leader(
+    parallel: ParallelSettings,
+    model: str,
+    device: str,
+    generator_class: Callable[..., Any],
+    options: dict[str, Any],
+) -> ParallelRank:
+    """Rank 0: start ranks 1.. (each makes a `generator_class` of `model` with the generator's `options` and loads
+    it), then join them."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         raise FollowerLost("this process already runs an engine across ranks (one per process)")
     if device == "cuda" and torch.cuda.device_count() < parallel.world_size:
         raise FollowerLost(f"{parallel.world_size} ranks need as many GPUs; torch sees {torch.cuda.device_count()}")
     set_collective_environment()
     port = free_port()
-    specs = [FollowerSpec(rank, port, parallel, model, device, options) for rank in range(1, parallel.world_size)]
+    specs = [
+        FollowerSpec(rank, port, parallel, model, device, generator_class, options)
+        for rank in range(1, parallel.world_size)
+    ]
     followers = Followers.start(specs)
     try:
         followers.expect("joining", parallel.start_timeout_s)

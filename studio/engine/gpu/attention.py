@@ -9,7 +9,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# The SDPA kernel that each diffusers attention backend the engine may pick runs on, as studio.engine.kernels
+# The SDPA kernel that each diffusers attention backend the engine may pick runs on, as studio.engine.gpu.kernels
 # names it (None: the transformer's default attention).
 SDPA_KERNEL_OF_BACKEND = {
     None: "default",

@@ -1,0 +1,136 @@
+"""The engine's state as every visitor's page shows it: no server address, port or model path, which only
+operators see (the line they get stays as it was)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from studio.backend.controller import StudioController
+from studio.backend.router import EndpointPool
+from studio.backend.supervisor import ServerState, ServerStatus
+from studio.config import StudioSettings
+
+REMOTE = "http://10.11.12.13:8000/v1"
+MODEL_PATH = "/srv/models/secret-project/cosmos3-nano"
+
+
+@dataclass
+class StubServer:
+    """What the controller reads of a managed server."""
+
+    state: ServerState
+    message: str = ""
+    port: int = 43117
+    gpus: list[str] | None = None
+    name: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def status(self) -> ServerStatus:
+        now = time.time()
+        return ServerStatus(
+            state=self.state,
+            name="embedded",
+            url=self.base_url,
+            pid=4242,
+            port=self.port,
+            started_at=now - 3,
+            ready_at=now if self.state is ServerState.READY else None,
+            exit_code=1 if self.state is ServerState.CRASHED else None,
+            message=self.message,
+            command=f"python -m studio.engine --model {MODEL_PATH} --port {self.port}",
+        )
+
+    def on_exit(self, callback) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def hidden(text: str) -> list[str]:
+    """What a visitor may not see that `text` shows."""
+    return [secret for secret in ("10.11.12.13", "8000", "43117", "127.0.0.1", "/srv/models", "http") if secret in text]
+
+
+@pytest.fixture
+def remote(tmp_path):
+    settings = StudioSettings(_env_file=None, engine="remote", remote_urls=[REMOTE], outputs_dir=tmp_path / "out")
+    controller = StudioController(settings)
+    yield controller
+    controller.close()
+
+
+def test_remote_servers_are_not_named_to_visitors(remote):
+    assert remote.public_summary() == "remote servers: not attached"
+    remote.pool = EndpointPool.from_urls([REMOTE])  # attached, without asking the network
+    remote.served_model = MODEL_PATH
+    assert REMOTE in remote.engine_summary() and MODEL_PATH in remote.engine_summary(for_operator=True)
+    public = remote.public_summary()
+    assert public == remote.engine_summary(for_operator=False)
+    assert public == "remote servers: 1 attached, serving cosmos3-nano" and not hidden(public)
+
+
+def test_a_cosmos_framework_server_is_not_named_to_visitors(tmp_path):
+    settings = StudioSettings(
+        _env_file=None, engine="cosmos-framework", remote_urls=[REMOTE], outputs_dir=tmp_path / "out"
+    )
+    controller = StudioController(settings)
+    try:
+        controller.pool = EndpointPool.from_urls([REMOTE, "http://10.11.12.14:8000"])
+        assert "10.11.12.13" in controller.engine_summary()
+        assert controller.public_summary() == "Cosmos Framework servers: 2 attached"
+    finally:
+        controller.close()
+
+
+@pytest.mark.parametrize(
+    ("state", "message", "public"),
+    [
+        (ServerState.READY, "", "embedded engine: ready, serving cosmos3-nano (started in"),
+        (ServerState.STARTING, "loading /srv/models/secret-project", "embedded engine: starting ("),
+        (ServerState.CRASHED, "crashed: /srv/models/secret-project/x.bin missing", "embedded engine: crashed"),
+    ],
+)
+def test_the_managed_engine_is_not_located_for_visitors(tmp_path, state, message, public):
+    settings = StudioSettings(_env_file=None, outputs_dir=tmp_path / "out", model=MODEL_PATH)
+    controller = StudioController(settings, server=StubServer(state, message))
+    try:
+        controller.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
+        controller.served_model = MODEL_PATH
+        if state is ServerState.READY:
+            assert "ready at http://127.0.0.1:43117" in controller.engine_summary()  # operators: as before
+        line = controller.public_summary()
+        assert line.startswith(public) and not hidden(line), line
+    finally:
+        controller.close()
+
+
+def test_a_start_error_is_told_to_operators_only(tmp_path):
+    settings = StudioSettings(_env_file=None, outputs_dir=tmp_path / "out", model=MODEL_PATH)
+    controller = StudioController(settings)
+    try:
+        controller.start_error = f"no model at {MODEL_PATH} (port 43117)"
+        assert MODEL_PATH in controller.engine_summary()
+        assert controller.public_summary() == "embedded engine: failed to start (an operator can see why)"
+    finally:
+        controller.close()
+
+
+def test_a_fleet_says_how_many_replicas_serve_and_not_where(tmp_path):
+    settings = StudioSettings(_env_file=None, outputs_dir=tmp_path / "out", model=MODEL_PATH)
+    controller = StudioController(settings)
+    try:
+        controller.servers = [StubServer(ServerState.READY), StubServer(ServerState.STARTING, port=43118)]
+        controller.layout = "2 x embedded on Ray at 10.11.12.13:6379"
+        controller.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
+        assert "Ray at 10.11.12.13" in controller.engine_summary()
+        line = controller.public_summary()
+        assert line == "embedded engine: 1 of 2 replicas ready (1 starting)" and not hidden(line)
+    finally:
+        controller.close()
