@@ -258,8 +258,9 @@ def build_generate_tab(
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
     # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
     @gr.Timer(REFRESH_S).tick(
-        inputs=[seen_version, seen_finished, show],
+        inputs=[seen_version, seen_finished, show, status],
         outputs=[
+            status,
             engine_status,
             requests,
             counts,
@@ -276,7 +277,12 @@ def build_generate_tab(
         api_visibility="private",
     )
     def refresh(
-        version: Any, finished_seen: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
+        version: Any,
+        finished_seen: Any,
+        shown: str | None,
+        status_shown: str | None,
+        request: gr.Request,
+        profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
         visitor = access.visitor(request, profile)
         # Addresses, ports and paths of the servers are for operators' eyes only.
@@ -284,6 +290,10 @@ def build_generate_tab(
         updates: dict[gr.Component, Any] = {engine_status: markdown_text(summary)}
         if visitor is None:  # not signed in: nothing of anyone's
             return updates
+        # The status line follows the run it names to its end (a line that names none, such as an error, stays).
+        line = tables.run_status_line(board, status_shown or "", visitor)
+        if line is not None and line != status_shown:
+            updates[status] = line
         scope = access.scope(visitor, shown)
         # Read before the board: a change made while this runs shows on the next tick. The version a tick saw is
         # kept with the view it was for, so switching between mine and everyone draws the other view in full.

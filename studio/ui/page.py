@@ -69,7 +69,9 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
         def on_close(request: gr.Request, profile: gr.OAuthProfile | None) -> None:
             """The visitor's last page closed: what they queued and the servers have not started is cancelled."""
             visitor = access.visitor(request, profile)
-            if visitor is not None:
+            # Without sign-in everyone is the one operator at the keyboard: a closed tab may be opened again, and
+            # one person's closed tab must not cancel what another queued. Their work is kept.
+            if visitor is not None and not access.policy.everyone_operator:
                 controller.page_closed(visitor, request.session_hash or browser_of(request))
 
     return demo

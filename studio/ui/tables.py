@@ -4,7 +4,9 @@ them), plus the few lines of text beside them. No gradio here and no actions (ha
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from typing import Any
 
 import pandas as pd
@@ -114,6 +116,33 @@ def counts_line(summary: LatencySummary, active: int) -> str:
         f"**{summary.completed} completed** · {summary.failed} failed · {summary.cancelled} cancelled · "
         f"{active} in flight"
     )
+
+
+RUN_ID = re.compile(r"run_\d{8}_\d{6}_[0-9a-f]{6}")
+STATUS_SEPARATOR = " · "
+# The order a run's states are told in.
+RUN_STATES = (
+    RequestState.DONE,
+    RequestState.RUNNING,
+    RequestState.DOWNLOADING,
+    RequestState.QUEUED,
+    RequestState.WAITING,
+    RequestState.FAILED,
+    RequestState.CANCELLED,
+)
+
+
+def run_status_line(board: RequestBoard, shown: str, visitor: Visitor) -> str | None:
+    """The status line of the run it names (the one the visitor last queued), as it stands now: it follows the run
+    to its end. None where the line names no run of the visitor's (an error, a cancel's answer: kept as it is)."""
+    match = RUN_ID.search(shown or "")
+    run = next((run for run in reversed(board.runs) if match and run.id == match.group(0)), None)
+    if run is None or not (visitor.operator or run.visitor.id == visitor.id):
+        return None
+    counts = Counter(view.state for view in run.views)
+    told = ", ".join(f"{counts[state]} {STATE_LABELS.get(state, state.value)}" for state in RUN_STATES if counts[state])
+    queued = shown.split(STATUS_SEPARATOR, 1)[0]  # the line the submit gave, then how the run stands
+    return f"{queued}{STATUS_SEPARATOR}{'finished: ' if run.finished else 'now: '}{told}"
 
 
 def standing_line(standing: Standing) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import start_studio, stop_studio
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -34,6 +36,8 @@ def test_four_videos_play_and_history_survives_a_restart(browser, tmp_path):
         page.locator("#status").get_by_text("queued 4 requests").wait_for(timeout=60_000)
         page.locator("#stats").get_by_text("4 completed").wait_for(timeout=240_000)
         page.locator("#gallery .thumbnail-item").nth(3).wait_for(timeout=30_000)
+        # The status line follows the run to its end, not "queued" for ever.
+        expect(page.locator("#status")).to_contain_text("finished: 4 done", timeout=30_000)
         table = page.locator("#requests").inner_text()
         assert table.count("done") >= 4
         # Tiles are the videos' poster frames; the figures are drawn in the page, with a legend entry per phase.
@@ -153,3 +157,24 @@ def test_history_is_current_without_refresh_and_server_buttons_answer_in_their_t
         assert "UserWarning" not in studio_app.log.read_text()
     finally:
         page.close()
+
+
+def test_closing_the_tab_on_loopback_keeps_the_queued_work(browser, studio_app):
+    """The one operator at the keyboard (no sign-in) closes the tab while work waits in the studio: it is kept
+    and made (a page with sign-in cancels a visitor's unsent work when their last page closes)."""
+    page = browser.new_page()
+    page.goto(studio_app.url)
+    fill_form(page, "kept when the tab closes", frames=33, steps=120, copies=3, concurrency=1)
+    page.locator("#generate").click()
+    page.locator("#status").get_by_text("queued 3 requests").wait_for(timeout=60_000)
+    run_id = re.search(r"run_\w+", page.locator("#status").inner_text()).group(0)
+    expect(page.locator("#requests")).to_contain_text("waiting in the studio", timeout=60_000)
+    page.close(run_before_unload=True)
+
+    def states() -> list[str]:
+        with sqlite3.connect(studio_app.outputs / "history.sqlite3") as db:
+            query = "SELECT state FROM requests WHERE run_id = ? ORDER BY position"
+            return [state for (state,) in db.execute(query, (run_id,))]
+
+    wait_for(lambda: all(state in ("done", "failed", "cancelled") for state in states()), "the run's end", 240)
+    assert states() == ["done"] * 3
