@@ -178,9 +178,17 @@ def settings_form(settings: StudioSettings, levers_note: gr.Markdown | None = No
     return form
 
 
+# Sharing settings whose "none" (no limit, or the default slots) the form shows as 0, since a number box shows
+# an unset value as 0 anyway: what it shows is what is in force, and Apply with nothing changed changes nothing.
+ZERO_IS_NONE = {
+    "in_flight_slots": "0: 8 per server",
+    "visitor_max_in_flight": "0: no limit",
+    "visitor_max_videos_per_hour": "0: no limit",
+}
+
+
 def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
-    """How visitors share the servers: applied at once, without a restart. A blank number means no limit (or the
-    default number of slots)."""
+    """How visitors share the servers: applied at once, without a restart."""
     form: dict[str, gr.Component] = {}
     with gr.Row():
         for name, label in (
@@ -190,10 +198,12 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
             ("visitor_max_videos_per_hour", "Per visitor: videos per hour"),
             ("max_run_requests", "Largest run (requests)"),
         ):
+            zero = ZERO_IS_NONE.get(name)
             form[name] = gr.Number(
-                value=getattr(settings, name),
+                value=getattr(settings, name) or 0,
                 precision=0,
-                label=label,
+                minimum=0,
+                label=f"{label} ({zero})" if zero else label,
                 info=described(name),
                 elem_id="sharing-" + name.replace("_", "-"),
             )
@@ -207,7 +217,10 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
 
 
 def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
-    values = {name: (None if value in (None, "") else value) for name, value in form.items()}
+    values = {
+        name: (None if value in (None, "") or (name in ZERO_IS_NONE and value == 0) else value)
+        for name, value in form.items()
+    }
     for always_limited in ("visitor_max_queued", "max_run_requests"):  # blank keeps the current limit
         if values.get(always_limited) is None:
             values[always_limited] = getattr(controller.settings, always_limited)
