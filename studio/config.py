@@ -15,7 +15,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, StringConstraints, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from studio.protocol import InferenceSteps
+from studio import tiers
+from studio.protocol import GuidanceScale, InferenceSteps
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ASSETS_DIR = PROJECT_ROOT / "assets"
@@ -27,9 +28,10 @@ TINY_WAN_DIR = ASSETS_DIR / "tiny-wan"
 DEFAULT_MODEL_DIR = SMALL_MODEL_DIR
 DEFAULT_BLOCKLIST = ASSETS_DIR / "guardrail_blocklist.txt"
 
+# The engines, by name. What each one is (managed or attached, its client, what its servers can do, its defaults) is
+# its record in studio/backend/engine_kinds.py, which imports this module: here it is imported inside the functions
+# that read a record.
 EngineMode = Literal["embedded", "vllm-omni", "remote", "cosmos-framework"]
-# The engines whose servers the studio starts and stops itself (the others run on their own).
-MANAGED_ENGINES = ("embedded", "vllm-omni")
 Cluster = Literal["local", "ray"]
 Device = Literal["auto", "cpu", "cuda"]
 # A value a vLLM-Omni lever passes on (a cache backend, a quantization method, an attention backend): a name, never
@@ -310,8 +312,15 @@ class StudioSettings(BaseSettings):
         description="serve a non-loopback host or --share with no sign-in, every visitor an operator",
     )
     default_tier: Literal["256p", "480p", "720p"] = Field(default="256p", description="the page's tier at start")
-    default_frames: int | None = Field(default=None, ge=1, description="frames when none are given (tier default)")
-    default_steps: InferenceSteps | None = Field(default=None, description="steps when none are given")
+    default_frames: int | None = Field(
+        default=None,
+        ge=1,
+        description="frames when none are given (default: the engine's: a short clip on the embedded engine, else the "
+        "tier's)",
+    )
+    default_steps: InferenceSteps | None = Field(
+        default=None, description=f"steps when none are given (default: {tiers.DEFAULT_STEPS})"
+    )
 
     @field_validator("remote_urls", "auth", "operators", mode="before")
     @classmethod
@@ -343,7 +352,9 @@ class StudioSettings(BaseSettings):
             )
         if low > high:
             raise ValueError(f"--replicas-min {low} is more than --replicas-max {high}")
-        if self.engine not in MANAGED_ENGINES:
+        from studio.backend.engine_kinds import engine_kind
+
+        if not engine_kind(self.engine).managed:
             raise ValueError(
                 f"--replicas-min/--replicas-max scale a fleet the studio runs (--engine embedded or vllm-omni), "
                 f"not {self.engine} servers"
@@ -372,7 +383,9 @@ def with_engine_key(settings: StudioSettings) -> StudioSettings:
     alone and no other local process lists or downloads the visitors' videos. The studio hands it to the server
     through VLLM_API_KEY in its environment, as a given key, and uses it in its own clients; it is never printed nor
     put on a command line. Settings of servers the studio does not start, or with a key, are returned as they are."""
-    if settings.api_key is not None or settings.engine not in MANAGED_ENGINES:
+    from studio.backend.engine_kinds import engine_kind
+
+    if settings.api_key is not None or not engine_kind(settings).managed:
         return settings
     return settings.model_copy(update={"api_key": SecretStr(secrets.token_urlsafe(32))})
 
@@ -413,8 +426,10 @@ class EngineSettings(BaseSettings):
     guardrails: bool = Field(default=True, description="the text guardrail, server-wide")
     blocklist: Path = Field(default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file")
     output_dir: Path | None = Field(default=None, description="where finished mp4s are kept (default: a temp dir)")
-    default_steps: InferenceSteps = Field(default=35, description="steps when a request sends none")
-    default_guidance: float = Field(default=6.0, ge=0, le=20, description="guidance when a request sends none")
+    default_steps: InferenceSteps = Field(default=tiers.DEFAULT_STEPS, description="steps when a request sends none")
+    default_guidance: GuidanceScale = Field(
+        default=tiers.DEFAULT_GUIDANCE, description="guidance when a request sends none"
+    )
     sync_timeout_s: float = Field(
         default=600.0,
         gt=0,

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from studio.backend.engine_kinds import engine_kind
 from studio.backend.fair_share import SLOTS_PER_SERVER
 from studio.config import StudioSettings
 
@@ -143,7 +144,7 @@ def writable_dir(path: Path) -> bool:
 
 def makes_videos_on_cpu(settings: StudioSettings, hardware: Hardware) -> bool:
     """The studio's own engine, on this machine's CPU (vLLM-Omni and remote servers run on GPUs)."""
-    return settings.engine == "embedded" and (settings.device == "cpu" or hardware.gpus == 0)
+    return engine_kind(settings).runs_on_cpu and (settings.device == "cpu" or hardware.gpus == 0)
 
 
 def hosted_settings(

@@ -42,6 +42,10 @@ MIN_STEPS, MAX_STEPS = 1, 200
 MIN_GUIDANCE, MAX_GUIDANCE = 0.0, 20.0
 MAX_FLOW_SHIFT = 100.0
 MAX_SEED = 2**63 - 1  # the largest signed 64-bit integer, vLLM-Omni's bound
+# Seeds drawn at random (by the studio for a run, by the engine for a request that sends none) stay below this: 32
+# bits, which every pipeline's generator takes (torch's takes 64, numpy's RandomState 32), and short to read. A seed
+# the user gives may be anything up to MAX_SEED.
+RANDOM_SEED_BOUND = 2**32
 MAX_SEQUENCE_LENGTH = 512  # text tokens a prompt is encoded to (Wan's and Cosmos' T5 default)
 SIZE_PATTERN = re.compile(r"^\d+x\d+$")
 SECONDS_PATTERN = re.compile(r"^[1-9]\d*$")

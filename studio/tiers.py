@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from studio.protocol import DEFAULT_FPS
+
 Tier = Literal["256p", "480p", "720p"]
 Aspect = Literal["1:1", "4:3", "3:4", "16:9", "9:16"]
 
@@ -27,8 +29,7 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
     },
 }
 
-FPS_CHOICES: tuple[int, ...] = (10, 16, 24, 30)
-DEFAULT_FPS = 24
+FPS_CHOICES: tuple[int, ...] = (10, 16, 24, 30)  # DEFAULT_FPS (24) is the wire contract's (studio.protocol)
 MIN_FRAMES = 5
 # Frame ceilings of cosmos-framework per tier.
 MAX_FRAMES: dict[str, int] = {"256p": 400, "480p": 300, "720p": 200}
@@ -74,7 +75,7 @@ def size_for(tier: str, aspect: str) -> tuple[int, int]:
 
 
 def round_frames(num_frames: int) -> int:
-    """Round up to the next 4k+1, as the pipeline does."""
+    """Round up to the next 4k+1, as the pipeline does (the studio before sending, the embedded engine on receipt)."""
     if num_frames < 1:
         raise TierError(f"frames must be at least 1, got {num_frames}")
     remainder = (num_frames - 1) % TEMPORAL_COMPRESSION
@@ -108,9 +109,16 @@ def shape_for(tier: str, aspect: str, num_frames: int | None = None, fps: int = 
     return Shape(tier=tier, aspect=aspect, width=width, height=height, num_frames=frames, fps=check_fps(fps))
 
 
+def tier_and_aspect_of_size(width: int, height: int) -> tuple[str, str] | None:
+    """The tier and aspect a size is, or None for a size outside the table."""
+    for tier, by_aspect in SIZES.items():
+        for aspect, size in by_aspect.items():
+            if size == (width, height):
+                return tier, aspect
+    return None
+
+
 def tier_of_size(width: int, height: int) -> str | None:
     """The tier a size belongs to, or None for a size outside the table."""
-    for tier, by_aspect in SIZES.items():
-        if (width, height) in by_aspect.values():
-            return tier
-    return None
+    found = tier_and_aspect_of_size(width, height)
+    return found[0] if found else None

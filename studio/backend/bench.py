@@ -38,9 +38,7 @@ from studio.backend.bench_fleets import (
     stop_fleet,
 )
 from studio.backend.client import server_root
-from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
-from studio.backend.cosmos_framework_client import LATENCY_ONLY
-from studio.backend.engine_kinds import URL_ENGINES, client_class_for
+from studio.backend.engine_kinds import engine_kind
 from studio.backend.launchers import LaunchError
 from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.pareto_plot import pareto_figure
@@ -141,8 +139,14 @@ def poisson_arrivals(count: int, rate: float, rng: random.Random) -> list[float]
     return offsets
 
 
-def _spec_args(config: BenchConfig, tier: str, guardrails: bool, settings: StudioSettings) -> dict[str, Any]:
-    return dict(
+def cell_spec(
+    config: BenchConfig, tier: str, guardrails: bool, settings: StudioSettings, prompts: list[str], concurrency: int
+) -> RunSpec:
+    """The run of a cell (or of its warm-up): what the form leaves empty takes the engine's defaults, as the page's
+    and `generate`'s runs do (RunSpec.resolved). Seeds count up from the config's, so that a bench is repeatable."""
+    spec = RunSpec(
+        prompts=prompts,
+        concurrency=concurrency,
         tier=tier,
         aspect=config.aspect,
         frames=config.frames,
@@ -150,8 +154,8 @@ def _spec_args(config: BenchConfig, tier: str, guardrails: bool, settings: Studi
         seed=config.seed,
         seed_policy="increment",
         guardrails=guardrails,
-        model=settings.served_model_name,
     )
+    return spec.resolved(engine_kind(settings), settings)
 
 
 async def warm_fleet(
@@ -166,11 +170,7 @@ async def warm_fleet(
     count = config.warmup * replicas
     for tier in config.tiers:
         prompts = [config.prompts[i % len(config.prompts)] for i in range(count)]
-        spec = RunSpec(
-            prompts=prompts,
-            concurrency=min(MAX_CONCURRENCY, replicas),
-            **_spec_args(config, tier, config.guardrails[0], settings),
-        )
+        spec = cell_spec(config, tier, config.guardrails[0], settings, prompts, min(MAX_CONCURRENCY, replicas))
         await Run(spec, pool, store, request_timeout_s=settings.request_timeout_s).wait()
 
 
@@ -187,10 +187,9 @@ async def run_cell(
 ) -> CellResult:
     rng = random.Random(f"{config.seed}-{tier}-{guardrails}-{concurrency}")
     prompts = [config.prompts[i % len(config.prompts)] for i in range(config.requests)]
-    spec_args = _spec_args(config, tier, guardrails, settings)
     if config.warmup:
         warm = Run(
-            RunSpec(prompts=prompts[: config.warmup], concurrency=concurrency, **spec_args),
+            cell_spec(config, tier, guardrails, settings, prompts[: config.warmup], concurrency),
             pool,
             store,
             request_timeout_s=settings.request_timeout_s,
@@ -199,7 +198,7 @@ async def run_cell(
     arrivals = poisson_arrivals(len(prompts), config.request_rate, rng) if config.request_rate else None
     cap = MAX_CONCURRENCY if config.request_rate else concurrency
     run = Run(
-        RunSpec(prompts=prompts, concurrency=cap, **spec_args),
+        cell_spec(config, tier, guardrails, settings, prompts, cap),
         pool,
         store,
         request_timeout_s=settings.request_timeout_s,
@@ -403,7 +402,7 @@ async def bench_pool(
         },
         "environment": _environment(started),
         # Where a figure is missing on purpose, the report says why.
-        "notes": [LATENCY_ONLY] if settings.engine == COSMOS_FRAMEWORK else [],
+        "notes": _notes(settings),
         "cells": [cell.row() for cell in cells],
         "requests": request_rows(cells),
         "recommendation": recommendation(cells, config.slo_s),
@@ -412,11 +411,17 @@ async def bench_pool(
     return report
 
 
+def _notes(settings: StudioSettings) -> list[str]:
+    """What the report's figures cannot say for this engine's servers (a server that reports latency only)."""
+    split = engine_kind(settings).capabilities.queue_and_inference
+    return [] if split or split.why_not is None else [split.why_not]
+
+
 def _pool(settings: StudioSettings, urls: list[str]) -> EndpointPool:
     return EndpointPool.from_urls(
         urls,
         api_key=settings.api_key_value(),
-        client_class=client_class_for(settings.engine),
+        client_class=engine_kind(settings).client_class,
         http_timeout_s=settings.http_timeout_s,
         poll_interval_s=settings.poll_interval_s,
     )
@@ -555,7 +560,7 @@ async def run_bench(
                     tasks[label] = progress.add_task(label, total=total)
                 progress.update(tasks[label], completed=done)
 
-            if settings.engine in URL_ENGINES:
+            if not engine_kind(settings).managed:
                 if not settings.remote_urls:
                     raise ValueError(f"{settings.engine} engine: give at least one --url")
                 if config.layouts or config.variants:

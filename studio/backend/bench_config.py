@@ -10,11 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
+from studio.backend.engine_kinds import EMBEDDED
 from studio.backend.layouts import Layout, parse_layouts
 from studio.backend.spec import MAX_CONCURRENCY
 from studio.backend.variants import parse_variants
 from studio.protocol import InferenceSteps
-from studio.tiers import TIERS, Aspect, normalize_frames
+from studio.tiers import DEFAULT_STEPS, TIERS, Aspect, normalize_frames
 
 MAX_BENCH_REQUESTS = 1000
 DEFAULT_PROMPTS = [
@@ -63,9 +64,13 @@ class BenchConfig(BaseModel):
     )
     aspect: Aspect = Field(default="16:9", description="aspect ratio of every video")
     frames: int | None = Field(
-        default=None, description="frames per video, checked against every tier (default: the tier's)"
+        default=None,
+        description="frames per video, checked against every tier (default: the engine's, as a run of the page or "
+        f"of generate has it: {EMBEDDED.defaults.frames} on the embedded engine, else the tier's)",
     )
-    steps: InferenceSteps | None = Field(default=None, description="denoising steps (default: the server's)")
+    steps: InferenceSteps | None = Field(
+        default=None, description=f"denoising steps (default: {DEFAULT_STEPS}, or the setting default_steps)"
+    )
     guardrails: list[bool] = Field(
         default_factory=lambda: [True],
         description="guardrails per request: on, off, or on,off for a cell each (default: on)",

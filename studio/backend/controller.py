@@ -25,7 +25,6 @@ from typing import Any
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
-from studio import tiers
 from studio.backend.autoscale import (
     CHECK_INTERVAL_S,
     Autoscaler,
@@ -37,7 +36,7 @@ from studio.backend.autoscale import (
 )
 from studio.backend.board import RequestBoard
 from studio.backend.client import load_sdk, server_root
-from studio.backend.engine_kinds import client_class_for
+from studio.backend.engine_kinds import EngineKind, RunDefaults, engine_kind
 from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
 from studio.backend.fleet import LocalReplicas, ReplicaMaker
 from studio.backend.recovery import leftovers_to_follow
@@ -52,7 +51,6 @@ from studio.config import StudioSettings, with_engine_key
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_DEFAULT_FRAMES = 33
 HOUR_S = 3600.0
 # The page's field and the CLI's flag that give remote servers: a message about them names both.
 REMOTE_URLS_WHERE = "the Server tab's 'Remote URLs', or --url"
@@ -175,8 +173,13 @@ class StudioController:
         return self.servers[0] if self.servers else None
 
     @property
+    def kind(self) -> EngineKind:
+        """The record of the engine the settings name (they change with apply_settings)."""
+        return engine_kind(self.settings)
+
+    @property
     def managed(self) -> bool:
-        return self.settings.engine in ("embedded", "vllm-omni")
+        return self.kind.managed
 
     def _slot_count(self, servers: int) -> int:
         return self.settings.in_flight_slots or SLOTS_PER_SERVER * servers
@@ -227,9 +230,7 @@ class StudioController:
         return LocalReplicas(settings, self.store.logs_dir)
 
     def _attach(self, urls: list[str]) -> None:
-        pool = EndpointPool.from_urls(
-            urls, client_class=client_class_for(self.settings.engine), **self._client_options()
-        )
+        pool = EndpointPool.from_urls(urls, client_class=self.kind.client_class, **self._client_options())
         self.dispatcher.set_slots(self._slot_count(len(urls)))
         self.served_model = next(iter(pool.served_models()), None)
         self.pool = pool
@@ -325,17 +326,16 @@ class StudioController:
         without addresses, ports, paths or error text: what every visitor's page may show (public_summary)."""
         served = self.served_model if for_operator or not self.served_model else _model_name(self.served_model)
         serving = f", serving {served}" if served else ""
-        engine = self.settings.engine
+        kind = self.kind.label
         if not self.managed:
-            kind = "Cosmos Framework servers" if engine == "cosmos-framework" else "remote servers"
             if self.pool is None:
                 return f"{kind}: not attached"
             where = ", ".join(self.settings.remote_urls) if for_operator else f"{len(self.pool.endpoints)} attached"
             return f"{kind}: {where}{serving}"
         if self.start_error:
             if not for_operator:
-                return f"{engine} engine: failed to start (an operator can see why)"
-            return f"{engine} engine failed to start: {self.start_error}"
+                return f"{kind}: failed to start (an operator can see why)"
+            return f"{kind} failed to start: {self.start_error}"
         if len(self.servers) > 1 or (self.settings.scales and self.servers):
             states = [server.state for server in self.servers]
             ready = states.count(ServerState.READY)
@@ -349,18 +349,16 @@ class StudioController:
                 if for_operator
                 else (f"{ready} of {len(states)} replicas ready")
             )
-            return f"{engine} engine: {layout}" + (f" ({others})" if others else "") + serving
+            return f"{kind}: {layout}" + (f" ({others})" if others else "") + serving
         status = self.server_status()
         if status is None:
-            return f"{engine} engine: not started"
+            return f"{kind}: not started"
         if status.state is ServerState.STARTING:
-            return f"{engine} engine: starting ({status.starting_for_s or 0:.0f} s)"
+            return f"{kind}: starting ({status.starting_for_s or 0:.0f} s)"
         if status.state is ServerState.READY:
             where = f" at {status.url}" if for_operator else ""
-            return f"{engine} engine: ready{where}{serving} (started in {status.startup_s or 0:.1f} s)"
-        return (
-            f"{engine} engine: {status.state} {status.message}" if for_operator else f"{engine} engine: {status.state}"
-        )
+            return f"{kind}: ready{where}{serving} (started in {status.startup_s or 0:.1f} s)"
+        return f"{kind}: {status.state} {status.message}" if for_operator else f"{kind}: {status.state}"
 
     def public_summary(self) -> str:
         """The engine's state for every visitor's page: engine_summary without addresses, ports or paths."""
@@ -501,12 +499,19 @@ class StudioController:
         if self._replicas is not None:
             self._replicas.retire(server)
 
-    def default_frames(self, tier: str) -> int:
-        """Frames when the user gives none: the setting, else the tier's Cosmos 3 default (189). The embedded
-        engine runs on CPU by default, where a short clip (33 frames) keeps the first video quick."""
-        if self.settings.default_frames is not None:
-            return self.settings.default_frames
-        return EMBEDDED_DEFAULT_FRAMES if self.settings.engine == "embedded" else tiers.DEFAULT_FRAMES[tier]
+    def run_defaults(self, tier: str) -> RunDefaults:
+        """What a request at `tier` asks where the user gives nothing (frames, fps, steps, guidance): this engine's
+        defaults and the settings', as RunSpec.resolved fills them in; the page's form shows them."""
+        return self.kind.defaults_for(tier, self.settings)
+
+    def checked_spec(self, spec: RunSpec) -> RunSpec:
+        """`spec` as this engine runs it (RunSpec.resolved: every default filled in), checked before anything is
+        built or sent: its size against max_run_requests (RunTooLarge), then its shape and what the wire contract
+        limits (RunSpec.check_requests: one request stands for all). new_run builds its requests once."""
+        spec = spec.resolved(self.kind, self.settings)
+        self.check_run_size(spec)
+        spec.check_requests()
+        return spec
 
     @property
     def starting(self) -> bool:
@@ -546,6 +551,7 @@ class StudioController:
         VisitorLimitExceeded where it would take the visitor past one of their limits, and OutputsFull (a
         RuntimeError: "no space left on the outputs folder (...)") where history has no room for it; a run refused
         leaves nothing in history or on the board."""
+        spec = spec.resolved(self.kind, self.settings)  # as checked_spec has it; the defaults once for every caller
         self.check_run_size(spec)
         if self.pool is None or not self.ready():
             state = self.server.status().message if self.server else "not started"
@@ -636,7 +642,7 @@ class StudioController:
             leftovers = await leftovers_to_follow(
                 self.store,
                 rows=self._leftovers,
-                client_class=client_class_for(self.settings.engine),
+                client_class=self.kind.client_class,
                 **self._client_options(),
             )
         except Exception:  # the studio serves on; those requests stay as history has them, for the next start

@@ -42,30 +42,22 @@ from studio.backend.client import (
     notify,
     save_stream,
 )
+from studio.backend.engine_kinds import COSMOS_FRAMEWORK_JOB_ID_PREFIX as JOB_ID_PREFIX
+from studio.backend.engine_kinds import GUARDRAILS_AT_START as GUARDRAILS_AT_START
+from studio.backend.engine_kinds import LATENCY_ONLY as LATENCY_ONLY
+from studio.backend.engine_kinds import NO_CANCEL, NO_UPLOAD
+from studio.backend.engine_kinds import NO_PROGRESS as NO_PROGRESS
 from studio.backend.http import async_client, tls_context
-from studio.backend.spec import NO_UPLOAD
 from studio.protocol import JobError, JobRecord, JobStatus, VideoRequest, error_message, is_guardrail_block
 
 log = logging.getLogger(__name__)
 
-ENGINE = "cosmos-framework"
-# Every synthetic job id starts so: the page tells this server's requests by it (studio/ui/tables.py).
-JOB_ID_PREFIX = "cosmos-framework-sync-"
+# This engine's name, its job ids' prefix and what it cannot do are its record's (studio.backend.engine_kinds).
 CONNECT_TIMEOUT_S = 10.0
 
-NO_PROGRESS = "the Cosmos Framework server reports no progress"
-NO_CANCEL = "the Cosmos Framework server has no cancel: it finishes the video anyway"
-LATENCY_ONLY = (
-    "latency only: the Cosmos Framework server answers once the video is made, so queue wait and inference "
-    "cannot be told apart"
-)
 NO_FOLLOW_UP = (
     "the Cosmos Framework server gives no job id to follow a request by; it may still have made the video "
     "(its output folder)"
-)
-GUARDRAILS_AT_START = (
-    "guardrails are a start-up setting of the Cosmos Framework server (--guardrails / --no-guardrails); "
-    "a request cannot change them"
 )
 # Keys of the request body (OmniSampleOverrides) a caller may add through extra_params; any other is refused
 # here, as the server would refuse it with a 422.
@@ -82,10 +74,10 @@ def server_base(url: str) -> str:
 
 def tier_and_aspect(request: VideoRequest) -> tuple[str, str]:
     """The server's `resolution` ("480") and `aspect_ratio` ("16,9") for the request's frame size."""
-    for tier, by_aspect in tiers.SIZES.items():
-        for aspect, size in by_aspect.items():
-            if size == (request.width, request.height):
-                return tier.removesuffix("p"), aspect.replace(":", ",")
+    found = tiers.tier_and_aspect_of_size(request.width, request.height)
+    if found is not None:
+        tier, aspect = found
+        return tier.removesuffix("p"), aspect.replace(":", ",")
     raise RequestRejected(
         f"size {request.size} is no Cosmos 3 tier and aspect: the Cosmos Framework server takes a tier "
         f"({', '.join(tiers.TIERS)}) and an aspect ({', '.join(tiers.ASPECTS)}), not pixels"

@@ -1,7 +1,8 @@
 """A node's GPUs as a fleet: K replicas of one server, each on its own group of GPUs (or, on a CPU machine,
 its own share of the cores), started side by side and watched one by one.
 
-A replica's width is what one request spreads over: tensor parallel x cfg parallel x ulysses degree. The GPUs
+A replica's width is what one request spreads over: its engine's degrees multiplied (studio.backend.engine_kinds:
+vLLM-Omni's tensor parallel x cfg parallel x ulysses x ring, the embedded engine's cfg parallel x ulysses). The GPUs
 come from --gpus, or from every GPU NVML finds; a layout the GPUs cannot hold is refused before anything
 starts, with what it needs and what there is. LocalReplicas hands the controller these replicas one at a
 time (as ray_fleet.RayReplicas does on a Ray cluster), so that a fleet can grow and shrink while it serves.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from studio.backend.engine_kinds import ReplicaShape, engine_kind
 from studio.backend.launchers import LaunchError, launch_for, parse_gpus, world_size
 from studio.backend.supervisor import ManagedServer
 from studio.config import StudioSettings
@@ -55,8 +57,15 @@ class Replica:
     settings: StudioSettings  # this replica's: its GPUs, its port, its threads
 
 
+def _shape(settings: StudioSettings) -> ReplicaShape:
+    shape = engine_kind(settings).replica
+    if shape is None:
+        raise LaunchError(f"{engine_kind(settings).label} are not started by the studio; give their URLs instead")
+    return shape
+
+
 def _uses_gpus(settings: StudioSettings, found: list[str]) -> bool:
-    if settings.engine == "vllm-omni":
+    if _shape(settings).gpus_only:
         return True
     return settings.device == "cuda" or (settings.device == "auto" and bool(found))
 
@@ -83,7 +92,7 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
     else:
         groups = [None] * count
     threads = settings.engine_threads
-    if settings.engine == "embedded" and threads is None and count * width > 1 and groups[0] is None:
+    if _shape(settings).threads_on_cpu and threads is None and count * width > 1 and groups[0] is None:
         # Replicas on one CPU share its cores, and so do the ranks of a replica as wide as several devices: each
         # rank gets its part, or they steal each other's.
         threads = max(1, (cores or cpu_cores()) // (count * width))
@@ -100,14 +109,7 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
 
 def _degrees(settings: StudioSettings) -> str:
     """What makes a replica's width, in words."""
-    parts = [
-        f"tensor parallel {settings.tensor_parallel_size}",
-        f"cfg parallel {settings.cfg_parallel_size}",
-        f"ulysses {settings.ulysses_degree}",
-    ]
-    if settings.engine == "vllm-omni" and (settings.ring_degree or 1) > 1:
-        parts.append(f"ring {settings.ring_degree}")
-    return " x ".join(parts)
+    return _shape(settings).words(settings)
 
 
 def _span(gpus: list[str]) -> str:
@@ -119,20 +121,11 @@ def _span(gpus: list[str]) -> str:
 
 def layout_label(settings: StudioSettings, replicas: list[Replica]) -> str:
     """The layout in a few words: "2 x TP4 on GPUs 0-7", "1 x embedded on the CPU"."""
-    parts = []
-    if settings.tensor_parallel_size > 1 or settings.engine == "vllm-omni":
-        parts.append(f"TP{settings.tensor_parallel_size}")
-    if settings.cfg_parallel_size > 1:
-        parts.append(f"CFG{settings.cfg_parallel_size}")
-    if settings.ulysses_degree > 1:
-        parts.append(f"SP{settings.ulysses_degree}")
-    if settings.engine == "vllm-omni" and (settings.ring_degree or 1) > 1:
-        parts.append(f"RING{settings.ring_degree}")
-    shape = "x".join(parts) or settings.engine
+    shape = _shape(settings).label(settings) or settings.engine
     gpus = [gpu for replica in replicas for gpu in (replica.gpus or [])]
     where = f"on GPUs {_span(gpus)}" if gpus else "on the CPU"
     threads = replicas[0].settings.engine_threads if replicas else None
-    if not gpus and settings.engine == "embedded" and threads:
+    if not gpus and _shape(settings).threads_on_cpu and threads:
         where += f", {threads} thread{'s' * (threads != 1)} each"
     return f"{len(replicas)} x {shape} {where}"
 

@@ -1,8 +1,8 @@
 """How a managed server is started: argv and environment, never a shell.
 
-Two launchers share one shape (`LaunchSpec`): the embedded engine, and `vllm serve MODEL --omni` (directly,
-or inside NVIDIA's docker recipe). The API key goes through the environment (VLLM_API_KEY) so it never
-shows in argv, `ps` or logs.
+Two launchers (`Launcher`, one per managed engine kind: studio.backend.engine_kinds names it) share one shape
+(`LaunchSpec`): the embedded engine, and `vllm serve MODEL --omni` (directly, or inside NVIDIA's docker recipe).
+The API key goes through the environment (VLLM_API_KEY) so it never shows in argv, `ps` or logs.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studio.backend.engine_kinds import engine_kind
 from studio.config import StudioSettings
 
 INSTALL_HINT = (
@@ -99,11 +101,9 @@ def levers_missing(flags: frozenset[str]) -> list[str]:
 
 
 def world_size(settings: StudioSettings) -> int:
-    width = settings.tensor_parallel_size * settings.cfg_parallel_size * settings.ulysses_degree
-    # Ring attention is vLLM-Omni's alone: the embedded engine ignores it, so it takes no GPUs there.
-    if settings.engine != "embedded" and settings.ring_degree:
-        width *= settings.ring_degree
-    return width
+    """GPUs one replica takes: the product of its engine's degrees (vLLM-Omni: tensor parallel x cfg parallel x
+    ulysses x ring; the embedded engine: cfg parallel x ulysses, it ignores the others)."""
+    return engine_kind(settings).width(settings)
 
 
 def visible_gpu_count() -> int | None:
@@ -126,11 +126,9 @@ def check_parallelism(settings: StudioSettings, gpus: list[str] | None) -> None:
             return  # cannot know here; the server reports it
         have, where = count, "the GPUs visible to the studio"
     if needed > have:
-        ring = f" x ring {settings.ring_degree}" if settings.ring_degree and settings.engine != "embedded" else ""
-        raise LaunchError(
-            f"tensor parallel {settings.tensor_parallel_size} x cfg parallel {settings.cfg_parallel_size} "
-            f"x ulysses {settings.ulysses_degree}{ring} needs {needed} GPUs, but {where} give {have}"
-        )
+        shape = engine_kind(settings).replica
+        words = shape.words(settings) if shape is not None else f"width {needed}"
+        raise LaunchError(f"{words} needs {needed} GPUs, but {where} give {have}")
 
 
 def find_vllm(executable: str) -> str:
@@ -283,11 +281,41 @@ def embedded_launch(
     return LaunchSpec(name="embedded", argv=argv, env=env, secret_env=secrets)
 
 
+def vllm_omni_help(settings: StudioSettings) -> list[str]:
+    """`vllm serve --omni --help=all` as the studio would launch vllm (vLLM's plain --help lists option groups
+    only; --help=all lists every flag)."""
+    serve = ["serve", "--omni", "--help=all"]
+    if settings.use_docker:
+        return ["docker", "run", "--rm", settings.docker_image, "vllm", *serve]
+    return [find_vllm(settings.vllm_executable), *serve]
+
+
+def embedded_help(settings: StudioSettings) -> list[str]:
+    return [sys.executable, "-m", "studio.engine", "--help"]
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How the studio starts one kind's servers, and asks the installed server for its flags."""
+
+    launch: Callable[[StudioSettings, int, str], LaunchSpec]  # (settings, port, host)
+    help_command: Callable[[StudioSettings], list[str]]
+    # The server's parser reads --max_model_len as --max-model-len, and --a.b as a key of --a (vLLM's).
+    loose_flags: bool
+
+
+EMBEDDED_LAUNCHER = Launcher(
+    launch=lambda settings, port, host: embedded_launch(settings, port, host=host),
+    help_command=embedded_help,
+    loose_flags=False,
+)
+VLLM_OMNI_LAUNCHER = Launcher(launch=vllm_omni_launch, help_command=vllm_omni_help, loose_flags=True)
+
+
 def launch_for(settings: StudioSettings, port: int, host: str = "127.0.0.1") -> LaunchSpec:
     """`host`: the address the server binds; loopback, except a replica on a cluster node the studio reaches
     by the node's address."""
-    if settings.engine == "embedded":
-        return embedded_launch(settings, port, host=host)
-    if settings.engine == "vllm-omni":
-        return vllm_omni_launch(settings, port, host)
-    raise LaunchError("remote servers are not started by the studio; give their URLs instead")
+    kind = engine_kind(settings)
+    if kind.launcher is None:
+        raise LaunchError(f"{kind.label} are not started by the studio; give their URLs instead")
+    return kind.launcher.launch(settings, port, host)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from studio.backend.engine_kinds import ReplicaShape, engine_kind
 from studio.config import StudioSettings
 
 if TYPE_CHECKING:
@@ -71,34 +72,28 @@ def parse_layouts(value: Any) -> list[Layout]:
     return layouts
 
 
-def embedded_split(width: int) -> tuple[int, int]:
-    """The embedded engine's (cfg parallel size, ulysses degree) for a replica `width` devices wide: guidance split
-    first (it exchanges one tensor a step, where Ulysses exchanges every attention's), then the tokens."""
-    return (2, width // 2) if width % 2 == 0 else (1, width)
+def _shape(settings: StudioSettings) -> ReplicaShape:
+    shape = engine_kind(settings).replica
+    if shape is None:
+        raise LayoutError(
+            f"layouts and variants are fleets the bench starts; the {settings.engine} engine attaches to servers "
+            "that already run (use --engine vllm-omni or embedded)"
+        )
+    return shape
 
 
 def settings_layout(settings: StudioSettings) -> Layout:
-    """The layout the settings ask for: --replicas x --tp (the embedded engine: x its cfg parallel x ulysses)."""
-    if settings.engine == "vllm-omni":
-        return Layout(settings.replicas, settings.tensor_parallel_size)
-    return Layout(settings.replicas, settings.cfg_parallel_size * settings.ulysses_degree)
+    """The layout the settings ask for: --replicas x what a layout's width sets (vLLM-Omni: --tp; the embedded
+    engine: its cfg parallel x ulysses)."""
+    return Layout(settings.replicas, _shape(settings).layout_width(settings))
 
 
 def layout_settings(settings: StudioSettings, layout: Layout) -> StudioSettings:
     """The settings of a fleet of this layout: what the studio's own fleet would run with them."""
-    if settings.engine == "remote":
-        raise LayoutError(
-            "layouts and variants are fleets the bench starts; the remote engine attaches to servers that already "
-            "run (use --engine vllm-omni or embedded)"
-        )
-    update: dict[str, object] = {"replicas": layout.replicas}
-    if settings.engine == "vllm-omni":
-        update["tensor_parallel_size"] = layout.width
-    else:
-        if layout.width > 1:
-            _check_spreads(settings, layout)
-        update["cfg_parallel_size"], update["ulysses_degree"] = embedded_split(layout.width)
-    return settings.model_copy(update=update)
+    shape = _shape(settings)
+    if shape.wide_needs_wan and layout.width > 1:
+        _check_spreads(settings, layout)
+    return settings.model_copy(update={"replicas": layout.replicas, **shape.layout_update(layout.width)})
 
 
 def _check_spreads(settings: StudioSettings, layout: Layout) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.backend import ray_cluster
+from studio.backend.engine_kinds import engine_kind
 from studio.backend.launchers import launch_for, world_size
 from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState, ServerStatus
 from studio.config import StudioSettings
@@ -172,7 +173,8 @@ def _end_orphan(pid: int | None, started_at: float | None) -> None:
 def replica_resources(settings: StudioSettings) -> dict[str, float]:
     """What a replica asks Ray for: its width in GPUs where its server runs on GPUs, else its engine's threads
     in CPUs (so that Ray places no more replicas on a node than its cores serve)."""
-    if settings.engine == "vllm-omni" or settings.device == "cuda":
+    shape = engine_kind(settings).replica
+    if (shape is not None and shape.gpus_only) or settings.device == "cuda":
         return {"num_gpus": world_size(settings), "num_cpus": 1}
     return {"num_gpus": 0, "num_cpus": (settings.engine_threads or 1) * world_size(settings)}  # threads per rank
 
@@ -520,7 +522,8 @@ def ray_fleet(settings: StudioSettings, logs_dir: Path) -> list[RayServer]:
 def ray_layout_label(settings: StudioSettings) -> str:
     """The layout in a few words: "2 x TP4 on Ray at h:6379", "2 x embedded on Ray (local)"; a fleet that scales
     gives its bounds: "1-4 x TP4 on Ray at h:6379"."""
-    shape = f"TP{settings.tensor_parallel_size}" if settings.engine == "vllm-omni" else settings.engine
+    kind = engine_kind(settings)
+    shape = (kind.replica.label(settings) if kind.replica is not None else "") or settings.engine
     where = f"Ray at {settings.ray_address}" if settings.ray_address else "Ray (local)"
     count = (
         f"{settings.replicas_min}-{settings.replicas_max}"

@@ -19,6 +19,7 @@ from typing import Any
 
 from studio import tiers
 from studio.backend.client import RequestTimings
+from studio.backend.engine_kinds import EngineKind, kind_of_job
 from studio.backend.stats import RequestSample
 from studio.backend.visitors import LOCAL_OPERATOR
 from studio.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
@@ -64,6 +65,24 @@ class RequestView:
     @property
     def tier(self) -> str | None:
         return tiers.tier_of_size(self.request.width, self.request.height)
+
+    @property
+    def server_kind(self) -> EngineKind | None:
+        """The kind of server that made its job, where the job id tells (a Cosmos Framework job's does)."""
+        return kind_of_job(self.job_id)
+
+    def limits_note(self) -> str | None:
+        """What its server could not tell or do for it, once it ended (as far as its job id tells the server's kind):
+        done, the latency alone where queue wait and inference cannot be told apart; cancelled, that the server went
+        on with it."""
+        kind = self.server_kind
+        if kind is None:
+            return None
+        lacks = {
+            RequestState.DONE: kind.capabilities.queue_and_inference,
+            RequestState.CANCELLED: kind.capabilities.cancel_stops_work,
+        }.get(self.state)
+        return lacks.why_not if lacks is not None and not lacks else None
 
     @property
     def shape_key(self) -> tuple:

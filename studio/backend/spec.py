@@ -1,25 +1,40 @@
 """What the user asks for in one submit (RunSpec), apart from the machinery that runs it: the CLI checks a
-request with this alone, before anything heavy is imported or started. Also how each engine takes the image for
-image-to-video (IMAGE_INPUTS), so that the page and the CLI refuse what an engine cannot take before sending it."""
+request with this alone, before anything heavy is imported or started. A RunSpec leaves empty what the user did not
+give; `RunSpec.resolved` fills it in for the engine kind and the settings (studio.backend.engine_kinds), once, for
+the page, `generate` and `bench` alike. How each engine takes the image for image-to-video is its record's
+(`image_inputs`), so that the page and the CLI refuse what an engine cannot take before sending it."""
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from studio import tiers
-from studio.protocol import MAX_PROMPT_CHARS, MAX_STEPS, MIN_STEPS, GuidanceScale, InferenceSteps, VideoRequest
+from studio.backend.engine_kinds import NO_UPLOAD as NO_UPLOAD
+from studio.backend.engine_kinds import TEXT_TO_VIDEO_ONLY as TEXT_TO_VIDEO_ONLY
+from studio.backend.engine_kinds import EngineKind, ImageInputs, engine_kind
+from studio.protocol import (
+    DEFAULT_FPS,
+    MAX_PROMPT_CHARS,
+    MAX_SEED,
+    MAX_STEPS,
+    MIN_STEPS,
+    RANDOM_SEED_BOUND,
+    GuidanceScale,
+    InferenceSteps,
+    VideoRequest,
+)
 
-# Seeds the studio draws and accepts: 32 bits, which every pipeline's generator takes (the wire allows 63).
-MAX_SEED = 2**32 - 1
+if TYPE_CHECKING:
+    from studio.config import StudioSettings
+
 MAX_CONCURRENCY = 256  # requests of one run in flight at once
 MAX_COPIES = 64  # copies of each prompt in one run
 # The fields that count something, in the words the page and the CLI use for them: each takes a whole number only.
@@ -36,37 +51,11 @@ UPLOAD_FORMATS = ("BMP", "JPEG", "PNG", "WEBP")  # Pillow's names of the formats
 # Every engine that takes a URL fetches http(s) ones (vLLM-Omni also data:, the Cosmos Framework server also s3 and
 # its own paths): the studio sends only what all of them fetch.
 IMAGE_URL_SCHEMES = ("http", "https")
-TEXT_TO_VIDEO_ONLY = "the embedded engine's models are text-to-video: it takes no image (neither an upload nor a URL)"
-NO_UPLOAD = (
-    "the Cosmos Framework server takes no upload: give the image for image-to-video as an http(s) URL it can "
-    "fetch (the page's Image URL, or --image-url)"
-)
 
 
-@dataclass(frozen=True)
-class ImageInputs:
-    """How an engine's contract takes the image for image-to-video: as an upload (a file part of the request), as
-    a URL the server fetches, and why not where it takes only one or neither."""
-
-    upload: bool
-    url: bool
-    why_not: str | None = None
-
-
-IMAGE_INPUTS = {
-    # The engine refuses any reference (studio/engine/api.py).
-    "embedded": ImageInputs(upload=False, url=False, why_not=TEXT_TO_VIDEO_ONLY),
-    # input_reference (a file part) or image_reference ({"image_url": ...}): docs vllm-omni-video-api.
-    "vllm-omni": ImageInputs(upload=True, url=True),
-    "remote": ImageInputs(upload=True, url=True),
-    # vision_path, a URL or a path on its disk; no upload: docs cosmos-framework-serve-api.
-    "cosmos-framework": ImageInputs(upload=False, url=True, why_not=NO_UPLOAD),
-}
-
-
-def image_inputs(engine: str) -> ImageInputs:
-    """What `engine` takes; an engine this table does not know speaks the vLLM-Omni video API."""
-    return IMAGE_INPUTS.get(engine, IMAGE_INPUTS["vllm-omni"])
+def image_inputs(engine: StudioSettings | EngineKind | str) -> ImageInputs:
+    """How `engine` takes the image for image-to-video (its record's)."""
+    return engine_kind(engine).capabilities.image
 
 
 def upload_suffixes() -> list[str]:
@@ -132,7 +121,7 @@ class RunSpec(BaseModel):
     tier: str = "256p"
     aspect: str = "16:9"
     frames: int | None = None
-    fps: int = tiers.DEFAULT_FPS
+    fps: int | None = None
     steps: InferenceSteps | None = None
     guidance: GuidanceScale | None = None
     flow_shift: float | None = None
@@ -220,7 +209,33 @@ class RunSpec(BaseModel):
             "--max-run-requests, or env OMNI_STUDIO_MAX_RUN_REQUESTS)"
         )
 
-    def image_refusal(self, engine: str) -> str | None:
+    def resolved(self, kind: StudioSettings | EngineKind | str, settings: StudioSettings | None = None) -> RunSpec:
+        """This run as the engine `kind` makes it: every field the user left empty (frames, fps, steps, guidance,
+        model) filled with the kind's defaults for the tier, where the settings' default_frames, default_steps and
+        served_model_name do not say otherwise. The one place those defaults are applied: the controller resolves
+        each run of the page and of `generate`, the bench each of its cells. Seeds stay as given: where none is,
+        build_requests draws them (below protocol.RANDOM_SEED_BOUND). A resolved run resolves to itself."""
+        if settings is None and isinstance(kind, BaseModel):  # the settings, given as the kind's
+            settings = kind
+        defaults = engine_kind(kind).defaults_for(self.tier, settings)
+        given = {
+            "frames": (self.frames, defaults.frames),
+            "fps": (self.fps, defaults.fps),
+            "steps": (self.steps, defaults.steps),
+            "guidance": (self.guidance, defaults.guidance),
+            "model": (self.model, settings.served_model_name if settings is not None else None),
+        }
+        return self.model_copy(
+            update={name: value if value is not None else default for name, (value, default) in given.items()}
+        )
+
+    def check_requests(self) -> None:
+        """Raises what the run's requests would: its shape (TierError: tier, frames, fps), then what the wire
+        contract limits (ValidationError, e.g. the negative prompt's length), checked on its first request alone:
+        every request of a run shares all but its prompt and seed, which RunSpec checks itself."""
+        self._request(self.prompts[0], 0, self.shape())
+
+    def image_refusal(self, engine: StudioSettings | EngineKind | str) -> str | None:
         """Why `engine` cannot take this run's image (None: it can, or there is none)."""
         takes = image_inputs(engine)
         if (self.input_reference is not None and not takes.upload) or (self.image_url is not None and not takes.url):
@@ -228,15 +243,13 @@ class RunSpec(BaseModel):
         return None
 
     def shape(self) -> tiers.Shape:
-        return tiers.shape_for(self.tier, self.aspect, self.frames, self.fps)
+        return tiers.shape_for(self.tier, self.aspect, self.frames, self.fps if self.fps is not None else DEFAULT_FPS)
 
     def build_requests(self) -> list[VideoRequest]:
-        """Every request of the run, in order: each prompt, then its copies. Seeds follow the policy."""
+        """Every request of the run, in order: each prompt, then its copies. Seeds follow the policy; those drawn
+        at random are below protocol.RANDOM_SEED_BOUND."""
         shape = self.shape()
-        base_seed = self.seed if self.seed is not None else random.randint(0, MAX_SEED)
-        extra = dict(self.extra_params)
-        if not self.guardrails:
-            extra["guardrails"] = False
+        base_seed = self.seed if self.seed is not None else random.randrange(RANDOM_SEED_BOUND)
         requests = []
         for p_index, prompt in enumerate(self.prompts):
             for copy in range(self.copies):
@@ -244,29 +257,33 @@ class RunSpec(BaseModel):
                 if self.seed_policy is SeedPolicy.RANDOM or (
                     self.seed is None and self.seed_policy is SeedPolicy.FIXED
                 ):
-                    seed = random.randint(0, MAX_SEED)
+                    seed = random.randrange(RANDOM_SEED_BOUND)
                 elif self.seed_policy is SeedPolicy.INCREMENT:
                     seed = (base_seed + index) % (MAX_SEED + 1)
                 else:
                     seed = base_seed
-                requests.append(
-                    VideoRequest(
-                        prompt=prompt,
-                        negative_prompt=self.negative_prompt or None,
-                        model=self.model,
-                        width=shape.width,
-                        height=shape.height,
-                        num_frames=shape.num_frames,
-                        fps=shape.fps,
-                        num_inference_steps=self.steps,
-                        guidance_scale=self.guidance,
-                        flow_shift=self.flow_shift,
-                        seed=seed,
-                        extra_params=extra,
-                        input_reference=self.input_reference,
-                        image_reference=json.dumps({"image_url": self.image_url}) if self.image_url else None,
-                        generate_sound=True if self.generate_sound else None,
-                        sound_duration=round(shape.seconds, 3) if self.generate_sound else None,
-                    )
-                )
+                requests.append(self._request(prompt, seed, shape))
         return requests
+
+    def _request(self, prompt: str, seed: int, shape: tiers.Shape) -> VideoRequest:
+        extra = dict(self.extra_params)
+        if not self.guardrails:
+            extra["guardrails"] = False
+        return VideoRequest(
+            prompt=prompt,
+            negative_prompt=self.negative_prompt or None,
+            model=self.model,
+            width=shape.width,
+            height=shape.height,
+            num_frames=shape.num_frames,
+            fps=shape.fps,
+            num_inference_steps=self.steps,
+            guidance_scale=self.guidance,
+            flow_shift=self.flow_shift,
+            seed=seed,
+            extra_params=extra,
+            input_reference=self.input_reference,
+            image_reference=json.dumps({"image_url": self.image_url}) if self.image_url else None,
+            generate_sound=True if self.generate_sound else None,
+            sound_duration=round(shape.seconds, 3) if self.generate_sound else None,
+        )

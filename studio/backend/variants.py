@@ -17,13 +17,13 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from studio.backend.engine_kinds import engine_kind
 from studio.config import StudioSettings
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
@@ -128,17 +128,12 @@ def help_flags(text: str) -> frozenset[str]:
 
 def help_command(settings: StudioSettings) -> list[str]:
     """The installed server's own help: the command the studio would launch, asked for every option."""
-    if settings.engine == "vllm-omni":
-        from studio.backend.launchers import find_vllm
-
-        # vLLM's plain --help lists option groups only; --help=all lists every flag.
-        serve = ["serve", "--omni", "--help=all"]
-        if settings.use_docker:
-            return ["docker", "run", "--rm", settings.docker_image, "vllm", *serve]
-        return [find_vllm(settings.vllm_executable), *serve]
-    if settings.engine == "embedded":
-        return [sys.executable, "-m", "studio.engine", "--help"]
-    raise VariantError("variants are serve options of servers the bench starts; the remote engine starts none")
+    launcher = engine_kind(settings).launcher
+    if launcher is None:
+        raise VariantError(
+            f"variants are serve options of servers the bench starts; the {settings.engine} engine starts none"
+        )
+    return launcher.help_command(settings)
 
 
 @functools.lru_cache(maxsize=8)
@@ -167,10 +162,10 @@ def server_flags(settings: StudioSettings) -> frozenset[str]:
     return _server_flags(tuple(command))
 
 
-def _known(flag: str, flags: frozenset[str], engine: str) -> bool:
+def _known(flag: str, flags: frozenset[str], loose_flags: bool) -> bool:
     if flag in flags:
         return True
-    if engine == "vllm-omni":
+    if loose_flags:
         # vLLM's parser reads --max_model_len as --max-model-len, and --compilation-config.mode as a key of
         # --compilation-config.
         name = flag.replace("_", "-")
@@ -197,9 +192,11 @@ def check_variants(settings: StudioSettings, variants: list[Variant]) -> None:
         return
     known = server_flags(settings)
     where = shlex.join(help_command(settings))
+    launcher = engine_kind(settings).launcher
+    loose = launcher is not None and launcher.loose_flags
     for variant in variants:
         for flag in flags_of[variant.name]:
-            if not _known(flag, known, settings.engine):
+            if not _known(flag, known, loose):
                 raise VariantError(
                     f"variant {variant.name!r}: the installed server has no flag {flag} (it is not in `{where}`)"
                 )

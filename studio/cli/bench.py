@@ -123,14 +123,15 @@ def run(args: argparse.Namespace) -> int:
 
         from studio.backend.bench import run_bench
         from studio.backend.bench_fleets import bench_cluster, placement_line, plan_bench
-        from studio.backend.engine_kinds import URL_ENGINES
+        from studio.backend.engine_kinds import engine_kind
         from studio.backend.launchers import LaunchError
         from studio.backend.layouts import LayoutError
         from studio.backend.ray_cluster import RayUnavailable
         from studio.backend.supervisor import ServerStartError
         from studio.backend.variants import VariantError
 
-    if settings.cluster == "ray" and settings.engine in URL_ENGINES:
+    kind = engine_kind(settings)
+    if settings.cluster == "ray" and not kind.managed:
         return fail(
             f"--cluster ray places the servers the bench starts (--engine embedded or vllm-omni); the "
             f"{settings.engine} engine's --url servers run already",
@@ -141,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
         # With --cluster ray: one Ray for the whole bench (a local one is shut down at the end, workers and all).
         with bench_cluster(settings):
             fleets = None
-            if settings.engine != "remote" or config.layouts or config.variants:
-                try:  # every layout and variant checked before any server starts (remote servers take neither)
+            if kind.managed or config.layouts or config.variants:
+                try:  # every layout and variant checked before any server starts (--url servers take neither)
                     fleets = plan_bench(settings, config)
                 except (LayoutError, VariantError) as exc:
                     return fail(str(exc), EXIT_USAGE)

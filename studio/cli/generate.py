@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from studio import tiers
+from studio.backend.engine_kinds import EMBEDDED, engine_kind
 from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
@@ -49,14 +50,21 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--negative-prompt", help="what it should not show")
     parser.add_argument("--tier", choices=tiers.TIERS, help="resolution tier (default: the settings' default tier)")
     parser.add_argument("--aspect", choices=tiers.ASPECTS, help="aspect ratio (default: 16:9)")
-    parser.add_argument("--frames", type=int, help="frames, rounded up to 4k+1 (default: the tier's)")
+    parser.add_argument(
+        "--frames",
+        type=int,
+        help=f"frames, rounded up to 4k+1 (default: {EMBEDDED.defaults.frames} on the embedded engine, else the "
+        f"tier's {tiers.DEFAULT_FRAMES[tiers.TIERS[0]]}; env OMNI_STUDIO_DEFAULT_FRAMES)",
+    )
     parser.add_argument(
         "--fps",
         type=int,
         help=f"frames per second: {', '.join(map(str, tiers.FPS_CHOICES))} (default: {tiers.DEFAULT_FPS})",
     )
-    parser.add_argument("--steps", type=int, help="denoising steps (default: the server's)")
-    parser.add_argument("--guidance", type=float, help="guidance scale (default: the server's)")
+    parser.add_argument(
+        "--steps", type=int, help=f"denoising steps (default: {tiers.DEFAULT_STEPS}; env OMNI_STUDIO_DEFAULT_STEPS)"
+    )
+    parser.add_argument("--guidance", type=float, help=f"guidance scale (default: {tiers.DEFAULT_GUIDANCE})")
     parser.add_argument("--seed", type=int, help="seed of every video (default: a random one each, printed at the end)")
     parser.add_argument("--no-guardrails", action="store_true", help="turn guardrails off for these requests")
     image = parser.add_mutually_exclusive_group()
@@ -80,18 +88,20 @@ def register(sub: Subcommands) -> None:
 
 
 def _spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec:
+    """The run the flags ask for, with the engine's defaults where they give nothing (RunSpec.resolved, as the
+    page's runs and the bench's have them)."""
     from studio.backend.spec import MAX_CONCURRENCY, RunSpec
 
-    return RunSpec(
+    spec = RunSpec(
         prompts=args.prompts,
         tier=args.tier or settings.default_tier,
         guardrails=not args.no_guardrails,
         # All at once: the studio's in-flight slots (per replica) hold back what the servers cannot take yet.
         concurrency=min(len(args.prompts), MAX_CONCURRENCY),
-        model=settings.served_model_name if settings.engine != "embedded" else None,
         input_reference=args.image,
         **{name: getattr(args, name) for name in REQUEST_FIELDS if getattr(args, name) is not None},
     )
+    return spec.resolved(engine_kind(settings), settings)
 
 
 def _error(message: str) -> None:
@@ -152,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     store = OutputStore(Path(settings.outputs_dir))
     server: ManagedServer | None = None
     try:
-        if settings.engine in ("embedded", "vllm-omni"):
+        if engine_kind(settings).managed:
             if settings.replicas == 1 and settings.cluster == "local":
                 print(f"starting the {settings.engine} engine ({settings.model}) ...", file=sys.stderr, flush=True)
                 server = managed_server_for(settings, store.logs_dir)

@@ -26,7 +26,16 @@ from studio.engine.generation_types import GenerationParams
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
 from studio.engine.warmup import Warmup
-from studio.protocol import EngineExtraParams, ErrorResponse, JobDeleted, JobList, JobStatus, VideoRequest
+from studio.protocol import (
+    RANDOM_SEED_BOUND,
+    EngineExtraParams,
+    ErrorResponse,
+    JobDeleted,
+    JobList,
+    JobStatus,
+    VideoRequest,
+)
+from studio.tiers import round_frames
 
 
 class ApiError(Exception):
@@ -96,10 +105,8 @@ def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
         extra = EngineExtraParams.of_request(request.extra_params)
     except ValidationError as exc:
         raise ApiError.invalid_request(exc) from None
-    num_frames = request.requested_frames
     # Rounded up to 4k+1 as the temporal VAE needs (as Cosmos 3 does); the finished record counts the output.
-    if (num_frames - 1) % 4:
-        num_frames += 4 - (num_frames - 1) % 4
+    num_frames = round_frames(request.requested_frames)
     params = GenerationParams(
         prompt=request.prompt,
         negative_prompt=request.negative_prompt,
@@ -108,7 +115,7 @@ def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
         num_frames=num_frames,
         num_inference_steps=request.num_inference_steps or state.default_steps,
         guidance_scale=state.default_guidance if request.guidance_scale is None else request.guidance_scale,
-        seed=secrets.randbelow(2**32) if request.seed is None else request.seed,
+        seed=secrets.randbelow(RANDOM_SEED_BOUND) if request.seed is None else request.seed,
         flow_shift=request.flow_shift,
         extra=extra.pipeline_params(),
     )

@@ -70,12 +70,9 @@ def bench_form(controller: StudioController) -> dict[str, gr.Component]:
         form["aspect"] = gr.Dropdown(
             list(tiers.ASPECTS), value=default("aspect"), label="Aspect", elem_id="bench-aspect"
         )
-        form["frames"] = gr.Number(
-            value=controller.default_frames(settings.default_tier), precision=0, label="Frames", elem_id="bench-frames"
-        )
-        form["steps"] = gr.Number(
-            value=settings.default_steps or tiers.DEFAULT_STEPS, precision=0, label="Steps", elem_id="bench-steps"
-        )
+        defaults = controller.run_defaults(settings.default_tier)
+        form["frames"] = gr.Number(value=defaults.frames, precision=0, label="Frames", elem_id="bench-frames")
+        form["steps"] = gr.Number(value=defaults.steps, precision=0, label="Steps", elem_id="bench-steps")
         form["request_rate"] = gr.Number(value=0, label="Request rate /s (0: closed loop)", elem_id="bench-rate")
         form["warmup"] = gr.Number(
             value=default("warmup"),

@@ -128,12 +128,6 @@ def _out(controller: StudioController) -> Path:
     return Path(controller.store.root) / "bench" / time.strftime("%Y%m%d_%H%M%S")
 
 
-def _with_frames(controller: StudioController, config: BenchConfig) -> BenchConfig:
-    if config.frames is not None:
-        return config
-    return config.model_copy(update={"frames": controller.default_frames(config.tiers[0])})
-
-
 async def _progress(task: asyncio.Task, cells: int, progress: dict[str, tuple[int, int]], stage: list[str]):
     """A status line a second while the bench runs."""
     started = time.monotonic()
@@ -178,7 +172,6 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
     if not controller.ready() or controller.pool is None:
         yield _refused(controller.engine_summary())
         return
-    config = _with_frames(controller, config)
     out = _out(controller)
     cells = len(cell_grid(config))
     progress: dict[str, tuple[int, int]] = {}
@@ -222,7 +215,6 @@ async def _fleet_bench(controller: StudioController, config: BenchConfig) -> Asy
     except (LayoutError, VariantError, RayUnavailable) as exc:
         yield _refused(str(exc))
         return
-    config = _with_frames(controller, config)
     out = _out(controller)
     cells = len(cell_grid(config)) * len(fleets)
     progress: dict[str, tuple[int, int]] = {}

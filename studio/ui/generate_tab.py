@@ -15,8 +15,7 @@ from gradio.utils import get_upload_folder
 
 from studio import tiers
 from studio.backend.controller import StudioController
-from studio.backend.cosmos_framework_client import ENGINE as COSMOS_FRAMEWORK
-from studio.backend.cosmos_framework_client import GUARDRAILS_AT_START
+from studio.backend.engine_kinds import engine_kind
 from studio.backend.spec import MAX_CONCURRENCY, MAX_UPLOAD_BYTES, SeedPolicy, image_inputs
 from studio.backend.stats import summarize
 from studio.ui import figures, gallery, handlers, tables
@@ -50,19 +49,14 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
     with gr.Row():
         form["tier"] = gr.Radio(list(tiers.TIERS), value=settings.default_tier, label="Tier", elem_id="tier")
         form["aspect"] = gr.Dropdown(list(tiers.ASPECTS), value="16:9", label="Aspect", elem_id="aspect")
+    defaults = controller.run_defaults(settings.default_tier)  # what a run asks where the form says nothing
     with gr.Row():
         # Limits are checked by the back end, which says what is wrong in the status line.
-        form["frames"] = gr.Number(
-            value=controller.default_frames(settings.default_tier), label="Frames", precision=0, elem_id="frames"
-        )
-        form["fps"] = gr.Radio(
-            [str(f) for f in tiers.FPS_CHOICES], value=str(tiers.DEFAULT_FPS), label="fps", elem_id="fps"
-        )
+        form["frames"] = gr.Number(value=defaults.frames, label="Frames", precision=0, elem_id="frames")
+        form["fps"] = gr.Radio([str(f) for f in tiers.FPS_CHOICES], value=str(defaults.fps), label="fps", elem_id="fps")
     with gr.Row():
-        form["steps"] = gr.Number(
-            value=settings.default_steps or tiers.DEFAULT_STEPS, label="Steps", precision=0, elem_id="steps"
-        )
-        form["guidance"] = gr.Number(value=tiers.DEFAULT_GUIDANCE, label="Guidance", elem_id="guidance")
+        form["steps"] = gr.Number(value=defaults.steps, label="Steps", precision=0, elem_id="steps")
+        form["guidance"] = gr.Number(value=defaults.guidance, label="Guidance", elem_id="guidance")
     with gr.Row():
         form["seed"] = gr.Textbox(value="", label="Seed (empty: random)", elem_id="seed")
         form["seed_policy"] = gr.Radio(
@@ -77,13 +71,14 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
             1, MAX_CONCURRENCY, value=4, step=1, label="Concurrency (in flight)", elem_id="concurrency"
         )
     with gr.Row():
-        # The Cosmos Framework server sets guardrails when it starts: the switch shows that, and cannot be used.
-        fixed_guardrails = settings.engine == COSMOS_FRAMEWORK
+        # Servers that set guardrails when they start (the Cosmos Framework's): the switch shows that, and cannot
+        # be used.
+        per_request = engine_kind(settings).capabilities.request_guardrails
         form["guardrails"] = gr.Checkbox(
             value=True,
             label="Guardrails",
-            info=GUARDRAILS_AT_START if fixed_guardrails else None,
-            interactive=not fixed_guardrails,
+            info=per_request.why_not,
+            interactive=bool(per_request),
             elem_id="guardrails",
         )
         form["sound"] = gr.Checkbox(value=False, label="Sound (models that have it)", elem_id="sound")

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from studio import tiers
 from studio.backend.board import RequestBoard
-from studio.backend.controller import StudioController
+from studio.backend.controller import RunTooLarge, StudioController
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.spec import MAX_SEED, RunSpec, check_image_file
 from studio.backend.spec import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
@@ -94,8 +94,9 @@ def number_field(form: dict[str, Any], name: str, kind: type[int] | type[float],
 
 
 def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
-    """The Generate form's values (keys: its field names) as a RunSpec, checked for this engine, every request it
-    makes included (what the wire contract limits, such as the negative prompt's length)."""
+    """The Generate form's values (keys: its field names) as the RunSpec this engine runs: what the form leaves
+    empty takes the engine's defaults (RunSpec.resolved), and the run is checked as a whole (its size, its shape,
+    what the wire contract limits, such as the negative prompt's length) without building its requests."""
     prompts = [line for line in str(form.get("prompts") or "").splitlines()]
     tier, aspect = str(form.get("tier")), str(form.get("aspect") or "16:9")
     tiers.size_for(tier, aspect)  # an unknown tier or aspect is named before anything reads it
@@ -104,8 +105,8 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
         negative_prompt=str(form.get("negative_prompt") or "").strip() or None,
         tier=tier,
         aspect=aspect,
-        frames=number_field(form, "frames", int, controller.default_frames(tier)),
-        fps=number_field(form, "fps", int, tiers.DEFAULT_FPS),
+        frames=number_field(form, "frames", int),
+        fps=number_field(form, "fps", int),
         steps=number_field(form, "steps", int),
         guidance=number_field(form, "guidance", float),
         seed=parse_seed(form.get("seed")),
@@ -117,10 +118,7 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
         input_reference=check_image_file(form.get("image")),
         image_url=str(form.get("image_url") or ""),
     )
-    controller.check_run_size(spec)  # before thousands of requests are built only to be refused
-    spec.shape()
-    spec.build_requests()
-    return spec
+    return controller.checked_spec(spec)  # the run builds its requests once
 
 
 def uploaded_image(value: Any, upload_folder: Path) -> str | None:
@@ -160,7 +158,7 @@ async def submit(controller: StudioController, form: dict[str, Any], visitor: Vi
     """Queue a run of the visitor's; returns the status line. Earlier work keeps running."""
     try:
         spec = build_spec(form, controller)
-    except (ValidationError, TierError, ValueError) as exc:
+    except (ValidationError, TierError, ValueError, RunTooLarge) as exc:
         return f"**cannot generate**: {markdown_text(describe_error(exc))}"
     if spec.input_reference is not None:
         try:

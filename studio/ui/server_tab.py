@@ -14,12 +14,13 @@ import pandas as pd
 from pydantic import ValidationError
 
 from studio.backend.controller import StudioController
+from studio.backend.engine_kinds import MANAGED_ENGINES
 from studio.backend.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.server_metrics import scrape
 from studio.backend.server_warmup import warmup_note, warmup_state
 from studio.backend.supervisor import ManagedServer, ServerState
 from studio.backend.variants import VariantError, server_flags
-from studio.config import MANAGED_ENGINES, EngineMode, StudioSettings
+from studio.config import EngineMode, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers
 from studio.ui.identity import PageAccess

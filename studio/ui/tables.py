@@ -13,7 +13,6 @@ import pandas as pd
 
 from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
-from studio.backend.cosmos_framework_client import JOB_ID_PREFIX, LATENCY_ONLY, NO_CANCEL
 from studio.backend.fair_share import Standing
 from studio.backend.request_state import RequestState, RequestView
 from studio.backend.stats import LatencySummary
@@ -103,9 +102,7 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
 def _answers_when_done_note(view: RequestView, note: str) -> str:
     """A request of a server that answers only once the video is made (the Cosmos Framework's): the note says what
     it cannot tell (queue wait apart from inference) or do (cancel)."""
-    if not (view.job_id or "").startswith(JOB_ID_PREFIX):
-        return note
-    extra = {RequestState.DONE: LATENCY_ONLY, RequestState.CANCELLED: NO_CANCEL}.get(view.state)
+    extra = view.limits_note()
     if extra is None:
         return note
     return f"{note}; {extra}" if note else extra

@@ -140,7 +140,7 @@ def test_cancel_all_stops_in_flight_work(controller):
         ({"guidance": -1}, "greater than or equal to 0"),
         ({"guidance": 100}, "less than or equal to 20"),
         ({"seed": "abc"}, "seed must be a whole number"),
-        ({"seed": str(2**70)}, "less than or equal to 4294967295"),
+        ({"seed": str(2**70)}, "less than or equal to 9223372036854775807"),  # protocol.MAX_SEED
         ({"concurrency": 0}, "greater than or equal to 1"),
         ({"concurrency": 10**6}, "less than or equal to 256"),
         ({"copies": 0}, "greater than or equal to 1"),
