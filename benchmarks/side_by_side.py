@@ -5,7 +5,7 @@ the benchmark once in each checkout (each in its own process, its own code first
 figures each run prints are collected by name: every `NAME ... RATIO` or `NAME median X s` line is read with
 the patterns below. Use it to show that a change leaves a benchmark's figures where they were.
 
-Usage: python benchmarks/side_by_side.py --rev REV [--rounds 2] -- generate_cpu.py --repeats 3
+Usage: python benchmarks/side_by_side.py --rev REV [--rounds 2] [--benchmark-from-this] -- generate_cpu.py --repeats 3
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rev", required=True, help="the git revision to compare this checkout with")
     parser.add_argument("--rounds", type=int, default=2, help="runs of the benchmark in each checkout")
+    parser.add_argument(
+        "--benchmark-from-this",
+        action="store_true",
+        help="run this checkout's copy of the benchmark in both (for a benchmark the revision does not have yet)",
+    )
     parser.add_argument("benchmark", nargs=argparse.REMAINDER, help="-- BENCHMARK.py [its arguments]")
     args = parser.parse_args()
     benchmark = [part for part in args.benchmark if part != "--"]
@@ -61,6 +67,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="side-by-side-") as tmp:
         other = Path(tmp) / "other"
         subprocess.run(["git", "worktree", "add", "--detach", str(other), args.rev], cwd=ROOT, check=True)
+        if args.benchmark_from_this:  # the copy finds the revision's code beside it, as its own would
+            shutil.copy2(ROOT / "benchmarks" / benchmark[0], other / "benchmarks" / benchmark[0])
         try:
             for round_index in range(args.rounds):
                 for name, checkout in (("this", ROOT), (args.rev, other)):

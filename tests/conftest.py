@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,3 +60,15 @@ def keyed_engine(tmp_path_factory) -> Iterator[ManagedServer]:
     server = start_engine(tmp_path_factory.mktemp("keyed"), api_key=API_KEY)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs: a disk that fills up (skipped where it cannot be mounted, without root)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {result.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -203,7 +203,6 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
             form[name] = gr.Number(
                 value=getattr(settings, name) or 0,
                 precision=0,
-                minimum=0,
                 label=f"{label} ({zero})" if zero else label,
                 info=described(name),
                 elem_id="sharing-" + name.replace("_", "-"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 
 import httpx
 import pytest
@@ -16,17 +15,6 @@ from studio.backend.spec import RunSpec
 from studio.backend.store import OutputStore
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {result.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_disk_full_fails_the_request_clearly(wan_engine, small_disk):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-import subprocess
 
 import pytest
 
@@ -20,17 +19,6 @@ from studio.ui import handlers
 pytestmark = pytest.mark.integration
 
 LEFT_FREE = 40 * 1024  # as the tester left it: room for a few history rows, not for a run of long prompts
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {result.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def counts(database) -> tuple[int, int]:
