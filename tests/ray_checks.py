@@ -60,8 +60,10 @@ class Descendants:
         while not self._stop.is_set():
             try:
                 children = self._root.children(recursive=True)
-            except psutil.Error:  # the command has ended
-                return
+            except psutil.Error:
+                if not self._root.is_running():  # the command has ended
+                    return
+                children = []  # a process of the tree ended while the tree was read: read it again next pass
             for child in children:
                 self._look(child)
             self._stop.wait(self._interval_s)
