@@ -78,3 +78,30 @@ def wait_for_page(url: str, process: subprocess.Popen, log: Path, timeout_s: flo
         wait_for(answers, f"{url} to answer", timeout_s)
     except AssertionError as late:
         raise RuntimeError(f"{late}:\n{log_tail(log)}") from None
+
+
+class LoopLag:
+    """The longest the running event loop was held at once while this is entered (`async with LoopLag() as lag`,
+    then `lag.held_s`): a ticker on the same loop measures the gap between its ticks past `tick_s`."""
+
+    def __init__(self, tick_s: float = 0.01) -> None:
+        self.tick_s = tick_s
+        self.held_s = 0.0
+        self._watching = False
+        self._task: asyncio.Task | None = None
+
+    async def _tick(self) -> None:
+        while self._watching:  # not a poll: it measures how long the event loop is held at once
+            before = time.monotonic()
+            await asyncio.sleep(self.tick_s)
+            self.held_s = max(self.held_s, time.monotonic() - before - self.tick_s)
+
+    async def __aenter__(self) -> LoopLag:
+        self._watching = True
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._watching = False
+        if self._task is not None:
+            await self._task

@@ -19,7 +19,7 @@ from studio.backend.spec import RunSpec
 from studio.backend.visitors import Visitor
 from studio.config import StudioSettings
 from tests.browser.conftest import start_studio, stop_studio
-from tests.waiting import wait_for
+from tests.waiting import LoopLag, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -117,26 +117,17 @@ def test_closing_the_last_page_cancels_a_large_run_without_holding_the_studio(tm
         async for view in run.updates():
             if view.job_id is not None:  # the first is at the engine; the rest wait in the studio
                 break
-        held, watching = 0.0, True
-
-        async def watch() -> None:
-            nonlocal held
-            while watching:  # not a poll: it measures how long the event loop is held at once
-                before = time.monotonic()
-                await asyncio.sleep(0.01)
-                held = max(held, time.monotonic() - before - 0.01)
-
-        watcher = asyncio.create_task(watch())
-        began = time.monotonic()
-        # As the page's unload handler calls it: from a worker thread, not the event loop.
-        with concurrent.futures.ThreadPoolExecutor(1) as worker:
-            cancelled = await asyncio.get_running_loop().run_in_executor(
-                worker, controller.page_closed, alice, "alice's only page"
-            )
-        await asyncio.wait_for(until(run, lambda: all(view.state.finished for view in run.views[1:])), timeout=30)
-        took = time.monotonic() - began
-        watching = False
-        await watcher
+        async with LoopLag(0.01) as lag:
+            began = time.monotonic()
+            # As the page's unload handler calls it: from a worker thread, not the event loop.
+            with concurrent.futures.ThreadPoolExecutor(1) as worker:
+                cancelled = await asyncio.get_running_loop().run_in_executor(
+                    worker, controller.page_closed, alice, "alice's only page"
+                )
+            finished = until(run, lambda: all(view.state.finished for view in run.views[1:]))
+            await asyncio.wait_for(finished, timeout=30)
+            took = time.monotonic() - began
+        held = lag.held_s
         run.cancel_all()  # the one at the engine too, to end the run
         await asyncio.wait_for(run.wait(), timeout=60)
         await controller.pool.close()

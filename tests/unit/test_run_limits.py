@@ -21,6 +21,7 @@ from studio.backend.store import OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.cli.studio_flags import add_studio_flags, studio_settings
 from studio.config import StudioSettings
+from tests.waiting import LoopLag
 
 ALICE = Visitor("alice", "Alice", operator=False)
 # A port nothing listens on: attaching to it sends nothing.
@@ -132,25 +133,14 @@ async def _cancel_stuck_run(tmp_path, count: int, unsent_only: bool) -> tuple[fl
     async for view in run.updates():
         if view.error is not None:  # the first says it waits for a server to come back
             break
-    held = 0.0
-    watching = True
-
-    async def watch() -> None:
-        nonlocal held
-        while watching:  # not a poll: it measures how long the event loop is held at once
-            before = time.monotonic()
-            await asyncio.sleep(0.005)
-            held = max(held, time.monotonic() - before - 0.005)
-
-    watcher = asyncio.create_task(watch())
-    await asyncio.sleep(0.02)
-    began = time.monotonic()
-    cancelled = run.cancel_unsent() if unsent_only else board.cancel_all()
-    assert cancelled == count
-    await run.wait()
-    took = time.monotonic() - began
-    watching = False
-    await watcher
+    async with LoopLag(0.005) as lag:
+        await asyncio.sleep(0.02)  # the ticker's first ticks, before the cancel
+        began = time.monotonic()
+        cancelled = run.cancel_unsent() if unsent_only else board.cancel_all()
+        assert cancelled == count
+        await run.wait()
+        took = time.monotonic() - began
+    held = lag.held_s
     await pool.close()
     assert len(board.finished_order) == count
     return took, held, run, store
