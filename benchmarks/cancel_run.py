@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from studio.backend.controller import StudioController  # noqa: E402
-from studio.backend.launchers import embedded_launch  # noqa: E402
-from studio.backend.spec import RunSpec  # noqa: E402
-from studio.backend.supervisor import ManagedServer  # noqa: E402
+from studio.backend.runs.spec import RunSpec  # noqa: E402
+from studio.backend.servers.launchers import embedded_launch  # noqa: E402
+from studio.backend.servers.supervisor import ManagedServer  # noqa: E402
 from studio.backend.visitors import LOCAL_OPERATOR  # noqa: E402
 from studio.config import DEFAULT_MODEL_DIR, StudioSettings  # noqa: E402
 

@@ -486,8 +486,8 @@ def run_replicas(args: argparse.Namespace) -> int:
 
     from engine_restart import wait_ready
 
-    from studio.backend.client import VideoClient
-    from studio.backend.router import Endpoint, EndpointPool
+    from studio.backend.clients.router import Endpoint, EndpointPool
+    from studio.backend.clients.vllm_omni import VideoClient
     from studio.protocol import VideoRequest
 
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}

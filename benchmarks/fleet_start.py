@@ -1,7 +1,7 @@
 """How long a fleet of K replicas takes to be ready, against one replica, in one run: the replicas start side by
 side, so K of them should take about as long as one.
 
-The embedded engine on this machine (`--replicas K`, the studio's own fleet: studio.backend.fleet), started and
+The embedded engine on this machine (`--replicas K`, the studio's own fleet: studio.backend.servers.local_fleet), started and
 stopped `--rounds` times each way, alternating; reported: the median time from the start call to every replica
 answering its health check, and the ratio.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studio.backend.fleet import layout_label, managed_fleet, plan_fleet  # noqa: E402
+from studio.backend.servers.local_fleet import layout_label, managed_fleet, plan_fleet  # noqa: E402
 from studio.config import DEFAULT_MODEL_DIR, StudioSettings  # noqa: E402
 
 

@@ -22,13 +22,13 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studio.backend.launchers import embedded_launch  # noqa: E402
-from studio.backend.request_state import RequestState  # noqa: E402
-from studio.backend.router import EndpointPool  # noqa: E402
-from studio.backend.runs import Run  # noqa: E402
-from studio.backend.spec import RunSpec  # noqa: E402
-from studio.backend.store import OutputStore  # noqa: E402
-from studio.backend.supervisor import ManagedServer  # noqa: E402
+from studio.backend.clients.router import EndpointPool  # noqa: E402
+from studio.backend.runs.request_state import RequestState  # noqa: E402
+from studio.backend.runs.run import Run  # noqa: E402
+from studio.backend.runs.spec import RunSpec  # noqa: E402
+from studio.backend.runs.store import OutputStore  # noqa: E402
+from studio.backend.servers.launchers import embedded_launch  # noqa: E402
+from studio.backend.servers.supervisor import ManagedServer  # noqa: E402
 from studio.config import StudioSettings  # noqa: E402
 
 

@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from studio.backend import ray_cluster  # noqa: E402
 from studio.backend.controller import StudioController  # noqa: E402
-from studio.backend.request_state import RequestState  # noqa: E402
-from studio.backend.spec import RunSpec  # noqa: E402
+from studio.backend.runs.request_state import RequestState  # noqa: E402
+from studio.backend.runs.spec import RunSpec  # noqa: E402
+from studio.backend.servers import ray_cluster  # noqa: E402
 from studio.config import StudioSettings  # noqa: E402
 
 POLL_DEFAULT = StudioSettings.model_fields["poll_interval_s"].default

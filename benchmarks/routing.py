@@ -1,6 +1,6 @@
 """Replicas behind the router: throughput of K embedded engines (one CPU thread each) over one.
 
-Runs `omni-studio bench`'s engine (studio.backend.bench.run_bench) for 1 replica, then K replicas, alternating
+Runs `omni-studio bench`'s engine (studio.backend.bench.runner.run_bench) for 1 replica, then K replicas, alternating
 `--rounds` times, same requests, and reports the throughput ratio.
 
 Usage: python benchmarks/routing.py [--replicas 2] [--requests 16] [--concurrency 4] [--rounds 2]
@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 
-from studio.backend.bench import BenchConfig, run_bench  # noqa: E402
+from studio.backend.bench.runner import BenchConfig, run_bench  # noqa: E402
 from studio.config import StudioSettings  # noqa: E402
 
 

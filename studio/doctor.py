@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studio.backend.launchers import LaunchError, find_vllm
-from studio.backend.supervisor import port_is_free
+from studio.backend.servers.launchers import LaunchError, find_vllm
+from studio.backend.servers.supervisor import port_is_free
 from studio.config import StudioSettings
 
 

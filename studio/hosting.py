@@ -18,7 +18,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from studio.backend.engine_kinds import engine_kind
-from studio.backend.fair_share import SLOTS_PER_SERVER
+from studio.backend.runs.fair_share import SLOTS_PER_SERVER
 from studio.config import StudioSettings
 
 # Where the studio keeps its files inside the Space's persistent storage.

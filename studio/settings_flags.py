@@ -1,5 +1,5 @@
 """argparse options built from the fields of a pydantic model, so that a setting's flag, type, choices, default and
-help are declared once, on the field (studio/config.py, studio/backend/bench_config.py); the CLI and the engine's
+help are declared once, on the field (studio/config.py, studio/backend/bench/config.py); the CLI and the engine's
 own `python -m studio.engine` both make their flags here.
 
 A field's flag is `--` + its name in kebab case, or the names its `json_schema_extra` lists under "flags". A list

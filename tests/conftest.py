@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.backend.launchers import embedded_launch
-from studio.backend.supervisor import ManagedServer
+from studio.backend.servers.launchers import embedded_launch
+from studio.backend.servers.supervisor import ManagedServer
 from studio.config import DEFAULT_MODEL_DIR, TINY_WAN_DIR, StudioSettings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

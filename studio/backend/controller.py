@@ -25,7 +25,17 @@ from typing import Any
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, retry_if_result, wait_fixed
 
-from studio.backend.autoscale import (
+from studio.backend.clients.router import EndpointPool
+from studio.backend.clients.vllm_omni import load_sdk, server_root
+from studio.backend.engine_kinds import EngineKind, RunDefaults, engine_kind
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
+from studio.backend.runs.recovery import leftovers_to_follow
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
+from studio.backend.servers.autoscale import (
     CHECK_INTERVAL_S,
     Autoscaler,
     FleetLoad,
@@ -34,18 +44,8 @@ from studio.backend.autoscale import (
     ScalingLoop,
     ScalingPolicy,
 )
-from studio.backend.board import RequestBoard
-from studio.backend.client import load_sdk, server_root
-from studio.backend.engine_kinds import EngineKind, RunDefaults, engine_kind
-from studio.backend.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
-from studio.backend.fleet import LocalReplicas, ReplicaMaker
-from studio.backend.recovery import leftovers_to_follow
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
-from studio.backend.supervisor import ManagedServer, ServerState, ServerStatus
+from studio.backend.servers.local_fleet import LocalReplicas, ReplicaMaker
+from studio.backend.servers.supervisor import ManagedServer, ServerState, ServerStatus
 from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
 from studio.config import StudioSettings, with_engine_key
 
@@ -224,7 +224,7 @@ class StudioController:
     def _replica_maker(self, settings: StudioSettings) -> ReplicaMaker:
         if settings.cluster == "ray":
             # Imported here: Ray is an optional extra, and a studio on one machine never loads it.
-            from studio.backend.ray_fleet import RayReplicas
+            from studio.backend.servers.ray_fleet import RayReplicas
 
             return RayReplicas(settings, self.store.logs_dir)
         return LocalReplicas(settings, self.store.logs_dir)

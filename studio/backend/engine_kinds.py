@@ -21,8 +21,8 @@ from studio.config import EngineMode, StudioSettings
 from studio.protocol import DEFAULT_FPS
 
 if TYPE_CHECKING:
-    from studio.backend.client import ServerClient
-    from studio.backend.launchers import Launcher
+    from studio.backend.clients.vllm_omni import ServerClient
+    from studio.backend.servers.launchers import Launcher
 
 # ---- what the studio says where a server cannot ------------------------------------------------------------
 TEXT_TO_VIDEO_ONLY = "the embedded engine's models are text-to-video: it takes no image (neither an upload nor a URL)"
@@ -182,7 +182,9 @@ class EngineKind:
     capabilities: Capabilities
     defaults: SamplingDefaults
     replica: ReplicaShape | None = None  # a managed kind's
-    launcher_path: str | None = None  # "module:name" of its launcher (studio.backend.launchers), a managed kind's
+    launcher_path: str | None = (
+        None  # "module:name" of its launcher (studio.backend.servers.launchers), a managed kind's
+    )
     job_id_prefix: str | None = None  # where its job ids tell it apart from the others'
 
     @property
@@ -217,7 +219,7 @@ class EngineKind:
         )
 
 
-VIDEO_CLIENT = "studio.backend.client:VideoClient"
+VIDEO_CLIENT = "studio.backend.clients.vllm_omni:VideoClient"
 # vLLM-Omni's servers, managed or remote (docs/compatibility.md says where the embedded engine does better).
 VLLM_OMNI_CAPABILITIES = Capabilities(
     real_progress=Capability(False, VLLM_OMNI_PROGRESS),
@@ -251,7 +253,7 @@ EMBEDDED = EngineKind(
         threads_on_cpu=True,
         wide_needs_wan=True,
     ),
-    launcher_path="studio.backend.launchers:EMBEDDED_LAUNCHER",
+    launcher_path="studio.backend.servers.launchers:EMBEDDED_LAUNCHER",
 )
 VLLM_OMNI = EngineKind(
     name="vllm-omni",
@@ -268,7 +270,7 @@ VLLM_OMNI = EngineKind(
         threads_on_cpu=False,
         wide_needs_wan=False,
     ),
-    launcher_path="studio.backend.launchers:VLLM_OMNI_LAUNCHER",
+    launcher_path="studio.backend.servers.launchers:VLLM_OMNI_LAUNCHER",
 )
 REMOTE = EngineKind(
     name="remote",
@@ -282,7 +284,7 @@ COSMOS_FRAMEWORK = EngineKind(
     name="cosmos-framework",
     managed=False,
     label="Cosmos Framework servers",
-    client_path="studio.backend.cosmos_framework_client:CosmosFrameworkClient",
+    client_path="studio.backend.clients.cosmos_framework:CosmosFrameworkClient",
     capabilities=Capabilities(
         real_progress=Capability(False, NO_PROGRESS),
         cancel_stops_work=Capability(False, NO_CANCEL),

@@ -1,4 +1,4 @@
-"""`omni-studio bench`: the terminal side of the bench (studio/backend/bench.py): its flags, the run, the summary
+"""`omni-studio bench`: the terminal side of the bench (studio/backend/bench/runner.py): its flags, the run, the summary
 table and the recommendation. The bench's own flags are BenchConfig's fields, the form the page uses too; the
 fleet's (--replicas, --tp, the engine's) are the studio's settings."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from studio.backend.bench_config import BenchConfig, BenchConfigError, parse_bench_config
+from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
 from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE, fail
 from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
@@ -86,7 +86,7 @@ def _config(args: argparse.Namespace, command: BenchCommand) -> BenchConfig:
             raise BenchConfigError(f"{command.prompts_file} has no prompts")
         values["prompts"] = text
     if command.variants_file is not None:
-        from studio.backend.variants import VariantError, load_variants
+        from studio.backend.bench.variants import VariantError, load_variants
 
         try:
             values["variants"] = load_variants(command.variants_file)
@@ -121,14 +121,14 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
 
-        from studio.backend.bench import run_bench
-        from studio.backend.bench_fleets import bench_cluster, placement_line, plan_bench
+        from studio.backend.bench.fleets import bench_cluster, placement_line, plan_bench
+        from studio.backend.bench.runner import run_bench
+        from studio.backend.bench.variants import VariantError
         from studio.backend.engine_kinds import engine_kind
-        from studio.backend.launchers import LaunchError
-        from studio.backend.layouts import LayoutError
-        from studio.backend.ray_cluster import RayUnavailable
-        from studio.backend.supervisor import ServerStartError
-        from studio.backend.variants import VariantError
+        from studio.backend.servers.launchers import LaunchError
+        from studio.backend.servers.layouts import LayoutError
+        from studio.backend.servers.ray_cluster import RayUnavailable
+        from studio.backend.servers.supervisor import ServerStartError
 
     kind = engine_kind(settings)
     if settings.cluster == "ray" and not kind.managed:

@@ -25,10 +25,10 @@ from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_s
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from studio.backend.request_state import RequestView
-    from studio.backend.spec import RunSpec
-    from studio.backend.store import OutputStore
-    from studio.backend.supervisor import ManagedServer
+    from studio.backend.runs.request_state import RequestView
+    from studio.backend.runs.spec import RunSpec
+    from studio.backend.runs.store import OutputStore
+    from studio.backend.servers.supervisor import ManagedServer
     from studio.config import StudioSettings
 
 GENERATE_POLL_S = 0.1
@@ -90,7 +90,7 @@ def register(sub: Subcommands) -> None:
 def _spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec:
     """The run the flags ask for, with the engine's defaults where they give nothing (RunSpec.resolved, as the
     page's runs and the bench's have them)."""
-    from studio.backend.spec import MAX_CONCURRENCY, RunSpec
+    from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
 
     spec = RunSpec(
         prompts=args.prompts,
@@ -119,7 +119,7 @@ def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec
     """The request, checked before anything starts; else what is wrong with it."""
     from pydantic import ValidationError
 
-    from studio.backend.spec import check_image_file
+    from studio.backend.runs.spec import check_image_file
 
     blank = [str(index + 1) for index, prompt in enumerate(args.prompts) if not prompt.strip()]
     if blank and len(blank) < len(args.prompts):  # all blank: RunSpec says to write one
@@ -144,9 +144,9 @@ def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from studio.backend.launchers import LaunchError
-    from studio.backend.store import OutputStore
-    from studio.backend.supervisor import ServerStartError, managed_server_for
+    from studio.backend.runs.store import OutputStore
+    from studio.backend.servers.launchers import LaunchError
+    from studio.backend.servers.supervisor import ServerStartError, managed_server_for
     from studio.config import with_engine_key
 
     settings = studio_settings(args)
@@ -214,10 +214,10 @@ async def _send_and_report(
         from rich.markup import escape
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from studio.backend.client import ClientError, load_sdk
+        from studio.backend.clients.vllm_omni import ClientError, load_sdk
         from studio.backend.controller import StudioController
-        from studio.backend.request_state import RequestState
-        from studio.backend.supervisor import ServerStartError
+        from studio.backend.runs.request_state import RequestState
+        from studio.backend.servers.supervisor import ServerStartError
 
     err = Console(stderr=True, soft_wrap=True)
     controller = StudioController(settings, store=store, server=server)

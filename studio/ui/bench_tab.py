@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from studio import tiers
-from studio.backend.bench_config import BenchConfig
+from studio.backend.bench.config import BenchConfig
 from studio.backend.controller import StudioController
 from studio.ui import bench_view
 from studio.ui.file_links import FileLinks

@@ -1,5 +1,5 @@
 """The page's Bench view: the cells of `omni-studio bench` (tier x guardrails x concurrency), run by the same
-engine (studio.backend.bench) with progress while it runs and the report, table, recommendation and plots at the
+engine (studio.backend.bench.runner) with progress while it runs and the report, table, recommendation and plots at the
 end. Without layouts or variants the cells run on the studio's own endpoints (bench_pool); with them, on each
 fleet (layout x variant) in turn (bench_fleets), the studio's own servers stopped meanwhile (the fleets need
 their GPUs) and started again after; one of the fleets can then be applied to the studio. The fleets run where
@@ -19,13 +19,13 @@ from typing import Any
 
 import pandas as pd
 
-from studio.backend.bench import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
-from studio.backend.bench_config import BenchConfig, BenchConfigError, parse_bench_config
-from studio.backend.bench_fleets import plan_bench
+from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
+from studio.backend.bench.fleets import plan_bench
+from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
+from studio.backend.bench.variants import VariantError
 from studio.backend.controller import StudioController
-from studio.backend.layouts import LayoutError
-from studio.backend.ray_cluster import RayUnavailable
-from studio.backend.variants import VariantError
+from studio.backend.servers.layouts import LayoutError
+from studio.backend.servers.ray_cluster import RayUnavailable
 
 PLOT_FILES = ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png", PARETO_PLOT)
 # Report keys shown in the cells table, under the column names the table gives them (those the report has).

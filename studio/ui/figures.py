@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from studio.backend.board import RequestBoard
-from studio.backend.request_state import RequestState, RequestView
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.visitors import Visitor
 
 THROUGHPUT_WINDOW_S = 10.0

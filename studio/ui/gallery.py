@@ -12,7 +12,7 @@ from pathlib import Path
 
 import av
 
-from studio.backend.request_state import RequestView
+from studio.backend.runs.request_state import RequestView
 
 TILES = 60
 REQUEST_ID = re.compile(r"req_[0-9a-f]{12}")

@@ -16,8 +16,8 @@ from gradio.utils import get_upload_folder
 from studio import tiers
 from studio.backend.controller import StudioController
 from studio.backend.engine_kinds import engine_kind
-from studio.backend.spec import MAX_CONCURRENCY, MAX_UPLOAD_BYTES, SeedPolicy, image_inputs
-from studio.backend.stats import summarize
+from studio.backend.runs.spec import MAX_CONCURRENCY, MAX_UPLOAD_BYTES, SeedPolicy, image_inputs
+from studio.backend.runs.stats import summarize
 from studio.ui import figures, gallery, handlers, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess

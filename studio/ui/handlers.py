@@ -19,11 +19,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from studio import tiers
-from studio.backend.board import RequestBoard
 from studio.backend.controller import RunTooLarge, StudioController
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.spec import MAX_SEED, RunSpec, check_image_file
-from studio.backend.spec import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.spec import MAX_SEED, RunSpec, check_image_file
+from studio.backend.runs.spec import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.tiers import TierError
 from studio.ui import tables

@@ -12,8 +12,8 @@ from starlette.middleware import Middleware
 
 from studio.backend.access import AccessError, AccessPolicy, on_space
 from studio.backend.controller import StudioController
-from studio.backend.spec import MAX_UPLOAD_BYTES
-from studio.backend.supervisor import port_is_free
+from studio.backend.runs.spec import MAX_UPLOAD_BYTES
+from studio.backend.servers.supervisor import port_is_free
 from studio.config import StudioSettings
 from studio.ui.file_guard import StudioFileGuard
 from studio.ui.sign_in_limit import SignInLimit

@@ -13,13 +13,13 @@ import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
+from studio.backend.bench.variants import VariantError, server_flags
 from studio.backend.controller import StudioController
 from studio.backend.engine_kinds import MANAGED_ENGINES
-from studio.backend.launchers import LEVER_FLAGS, levers_missing
-from studio.backend.server_metrics import scrape
-from studio.backend.server_warmup import warmup_note, warmup_state
-from studio.backend.supervisor import ManagedServer, ServerState
-from studio.backend.variants import VariantError, server_flags
+from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing
+from studio.backend.servers.metrics import scrape
+from studio.backend.servers.supervisor import ManagedServer, ServerState
+from studio.backend.servers.warmup import warmup_note, warmup_state
 from studio.config import EngineMode, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers

@@ -11,11 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from studio.backend.board import RequestBoard
 from studio.backend.controller import StudioController
-from studio.backend.fair_share import Standing
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.stats import LatencySummary
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.fair_share import Standing
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.stats import LatencySummary
 from studio.backend.visitors import Visitor
 from studio.ui.markdown import markdown_text
 
@@ -24,7 +24,7 @@ STATE_LABELS = {
     RequestState.WAITING: "waiting in the studio",
     RequestState.QUEUED: "queued at the server",
 }
-# Queue wait and inference are bounds, not readings (studio.backend.client.RequestTimings): the headers say which.
+# Queue wait and inference are bounds, not readings (studio.backend.clients.vllm_omni.RequestTimings): the headers say which.
 QUEUE_WAIT_COLUMN = "queue s (at least)"
 INFERENCE_COLUMN = "inference s (at most)"
 REQUEST_COLUMNS = [

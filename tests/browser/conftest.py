@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.backend.supervisor import free_port
+from studio.backend.servers.supervisor import free_port
 from tests.waiting import wait_for_page
 
 CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")

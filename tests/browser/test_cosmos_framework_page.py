@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from studio.backend.spec import NO_UPLOAD
+from studio.backend.runs.spec import NO_UPLOAD
 from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
 from tests.integration.test_cosmos_framework import cosmos_server, image_host

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from studio.backend.launchers import LaunchSpec
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
-from studio.backend.supervisor import ManagedServer
+from studio.backend.clients.router import EndpointPool
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
+from studio.backend.servers.launchers import LaunchSpec
+from studio.backend.servers.supervisor import ManagedServer
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.fleet import cpu_cores
+from studio.backend.servers.local_fleet import cpu_cores
 from studio.ui import bench_view
 from tests.conftest import engine_settings
 from tests.page_bench import layouts_form, run_page_bench

@@ -110,8 +110,8 @@ def test_a_layout_ray_cannot_hold_is_refused_before_any_server_starts(tmp_path):
 
 def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tmp_path):
     """The studio's own replica holds one of Ray's 2 CPU slots: the bench releases it, or 2x1 finds no room."""
-    from studio.backend import ray_cluster
     from studio.backend.controller import StudioController
+    from studio.backend.servers import ray_cluster
     from tests.conftest import engine_settings
 
     earlier = {process.pid for process in psutil.Process().children(recursive=True)}
@@ -145,8 +145,8 @@ def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tm
 
 def test_room_on_a_cluster_counts_whole_replicas_per_node():
     """A replica's GPUs are all on one node: 8 GPUs on two nodes of 4 hold two replicas of 4, not one of 8."""
-    from studio.backend.bench_fleets import RayNode, check_room, room
-    from studio.backend.layouts import Layout, LayoutError
+    from studio.backend.bench.fleets import RayNode, check_room, room
+    from studio.backend.servers.layouts import Layout, LayoutError
     from studio.config import StudioSettings
 
     nodes = [RayNode("10.0.0.1", "a", "n1", 32, 4), RayNode("10.0.0.2", "b", "n2", 2, 4)]

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from studio.backend.launchers import LaunchSpec
-from studio.backend.supervisor import ManagedServer
+from studio.backend.servers.launchers import LaunchSpec
+from studio.backend.servers.supervisor import ManagedServer
 from studio.media import probe_mp4
 from tests.conftest import MODEL_DIR
 
@@ -137,10 +137,10 @@ def test_generate_starts_the_engine_before_importing_the_rest_of_the_studio(tmp_
     """The engine's start is mostly its own imports: `generate` overlaps it with the studio's by starting the
     engine before importing the heavy parts (array, video and HTTP SDK libraries, the run machinery, the
     progress display). What is imported is read at the moment the engine starts."""
-    heavy = ["numpy", "av", "openai", "rich", "torch", "studio.backend.runs", "studio.backend.controller"]
+    heavy = ["numpy", "av", "openai", "rich", "torch", "studio.backend.runs.run", "studio.backend.controller"]
     code = f"""
 import json, sys
-from studio.backend.supervisor import ManagedServer
+from studio.backend.servers.supervisor import ManagedServer
 from studio.cli import main
 
 def start(self, wait=True):

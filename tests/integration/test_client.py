@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from studio.backend.client import RequestRejected, VideoClient
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
+from studio.backend.clients.router import EndpointPool
+from studio.backend.clients.vllm_omni import RequestRejected, VideoClient
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
 from studio.media import probe_mp4
 from studio.protocol import JobStatus, VideoRequest
 from tests.waiting import wait_for_async
@@ -141,7 +141,7 @@ def test_guardrail_block_reads_as_such(engine, tmp_path):
 
 
 def test_poll_when_done_aims_at_the_expected_end_within_bounds():
-    from studio.backend.client import MIN_POLL_S, poll_when_done
+    from studio.backend.clients.vllm_omni import MIN_POLL_S, poll_when_done
 
     # 40% in 2 s: 60% more takes 3 s; the interval caps it, MIN_POLL_S floors it.
     assert poll_when_done((10.0, 0.0), 12.0, 40.0, 5.0) == pytest.approx(3.0)

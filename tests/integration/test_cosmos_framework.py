@@ -24,20 +24,20 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from studio.backend.cosmos_framework_client import (
+from studio.backend.clients.cosmos_framework import (
     GUARDRAILS_AT_START,
     JOB_ID_PREFIX,
     LATENCY_ONLY,
     NO_FOLLOW_UP,
     CosmosFrameworkClient,
 )
-from studio.backend.recovery import leftovers_to_follow
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import NO_UPLOAD, RunSpec
-from studio.backend.store import OutputStore
-from studio.backend.supervisor import free_port
+from studio.backend.clients.router import EndpointPool
+from studio.backend.runs.recovery import leftovers_to_follow
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import NO_UPLOAD, RunSpec
+from studio.backend.runs.store import OutputStore
+from studio.backend.servers.supervisor import free_port
 from studio.media import probe_mp4
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for, wait_for_page

@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.launchers import LaunchSpec
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ManagedServer, ServerState
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers.launchers import LaunchSpec
+from studio.backend.servers.supervisor import ManagedServer, ServerState
 from tests.conftest import MODEL_DIR, engine_settings, start_engine
 from tests.waiting import wait_for, wait_for_async
 

@@ -8,11 +8,11 @@ import shutil
 import httpx
 import pytest
 
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
+from studio.backend.clients.router import EndpointPool
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
 from studio.config import StudioSettings
 from studio.ui import handlers
 

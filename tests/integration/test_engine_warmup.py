@@ -16,8 +16,8 @@ import httpx
 import pytest
 import torch
 
-from studio.backend.server_warmup import wait_until_warm
-from studio.backend.supervisor import free_port
+from studio.backend.servers.supervisor import free_port
+from studio.backend.servers.warmup import wait_until_warm
 from studio.config import TINY_WAN_DIR
 from studio.engine import vae_decode, warmup
 from studio.engine.generation_types import BatchItem, DecodeSkipped, GenerationParams

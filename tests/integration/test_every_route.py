@@ -27,7 +27,7 @@ from pydantic import SecretStr
 
 from studio.backend.access import AccessPolicy
 from studio.backend.controller import StudioController
-from studio.backend.supervisor import free_port
+from studio.backend.servers.supervisor import free_port
 from studio.config import StudioSettings
 from studio.ui.file_guard import FILES_ROUTE
 from studio.ui.identity import PageAccess
@@ -246,7 +246,7 @@ def test_gradio_monitoring_is_off_for_everyone(with_accounts):
 def test_an_upload_over_the_pages_limit_is_refused_by_the_upload_route_and_not_stored(with_guests):
     from gradio.utils import get_upload_folder
 
-    from studio.backend.spec import MAX_UPLOAD_BYTES
+    from studio.backend.runs.spec import MAX_UPLOAD_BYTES
 
     folder = Path(get_upload_folder())
     before = {path for path in folder.rglob("*") if path.is_file()} if folder.is_dir() else set()

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
 from studio.backend.visitors import Visitor
 from tests.conftest import MODEL_NAME, engine_settings
 from tests.waiting import wait_for_async

@@ -10,13 +10,13 @@ from itertools import pairwise
 
 import pytest
 
-from studio.backend.launchers import embedded_launch
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
-from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState
+from studio.backend.clients.router import EndpointPool
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
+from studio.backend.servers.launchers import embedded_launch
+from studio.backend.servers.supervisor import ManagedServer, ServerStartError, ServerState
 from tests.conftest import engine_settings, start_engine
 from tests.waiting import wait_for_async
 

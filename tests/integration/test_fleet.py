@@ -8,9 +8,9 @@ import os
 import signal
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ServerState
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers.supervisor import ServerState
 from tests.conftest import engine_settings
 from tests.waiting import wait_for_async
 

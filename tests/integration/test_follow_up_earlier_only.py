@@ -6,8 +6,8 @@ import asyncio
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
 from studio.config import StudioSettings
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 from gradio_client import Client
 
 from studio.backend.access import GUEST_KEY_FILE
-from studio.backend.supervisor import free_port
+from studio.backend.servers.supervisor import free_port
 from studio.ui.file_guard import BROWSER_COOKIE
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for

@@ -10,7 +10,7 @@ import sys
 import httpx
 import pytest
 
-from studio.backend.supervisor import free_port
+from studio.backend.servers.supervisor import free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,7 @@ def test_share_without_a_tunnel_says_so_and_keeps_serving(tmp_path):
 def test_sigterm_stops_the_managed_engine_too(tmp_path):
     import re
 
-    from studio.backend.supervisor import port_is_free
+    from studio.backend.servers.supervisor import port_is_free
     from tests.browser.conftest import start_studio
 
     studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.launchers import embedded_launch
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState, group_members
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers.launchers import embedded_launch
+from studio.backend.servers.supervisor import ManagedServer, ServerStartError, ServerState, group_members
 from tests.conftest import engine_settings
 from tests.waiting import wait_for_async
 

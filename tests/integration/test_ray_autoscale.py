@@ -15,11 +15,11 @@ import psutil
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.runs import Run
-from studio.backend.server_metrics import ServerMetrics, scrape
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ManagedServer, ServerState
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers.metrics import ServerMetrics, scrape
+from studio.backend.servers.supervisor import ManagedServer, ServerState
 from tests.conftest import engine_settings
 from tests.waiting import wait_for, wait_for_async
 
@@ -148,7 +148,7 @@ def earlier(ray) -> set[int]:
 
 @pytest.fixture(scope="module")
 def ray_fleet(tmp_path_factory, earlier) -> Iterator[StudioController]:
-    from studio.backend import ray_cluster
+    from studio.backend.servers import ray_cluster
 
     connection = ray_cluster.connect(num_cpus=2)
     assert connection.started_here and connection.local
@@ -187,7 +187,7 @@ def test_on_ray_scale_out_from_one_to_two_replicas_under_load_and_back_to_one_wh
 
 
 def test_on_ray_shutting_down_leaves_no_ray_worker_or_server_process(ray_fleet, earlier, ray):
-    from studio.backend import ray_cluster
+    from studio.backend.servers import ray_cluster
 
     ours = [process for process in descendants() if process.pid not in earlier]
     names = {process.name() for process in ours}

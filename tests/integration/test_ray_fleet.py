@@ -13,15 +13,15 @@ import psutil
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ServerState
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers.supervisor import ServerState
 from tests.conftest import engine_settings
 from tests.waiting import wait_for, wait_for_async
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install .[ray])")
 
-from studio.backend import ray_cluster  # noqa: E402  (after the skip: it needs ray)
+from studio.backend.servers import ray_cluster  # noqa: E402  (after the skip: it needs ray)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

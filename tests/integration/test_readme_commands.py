@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from studio.backend.launchers import LaunchSpec
-from studio.backend.supervisor import ManagedServer
+from studio.backend.servers.launchers import LaunchSpec
+from studio.backend.servers.supervisor import ManagedServer
 from studio.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from gradio_client import Client
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
+from studio.backend.runs.request_state import RequestState
 from studio.backend.visitors import Visitor
 from studio.config import StudioSettings
 from tests.browser.conftest import start_studio, stop_studio

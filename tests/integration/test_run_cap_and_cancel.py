@@ -14,8 +14,8 @@ import pytest
 from gradio_client import Client
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
 from studio.backend.visitors import Visitor
 from studio.config import StudioSettings
 from tests.browser.conftest import start_studio, stop_studio

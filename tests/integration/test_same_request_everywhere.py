@@ -23,8 +23,8 @@ from starlette.routing import Route
 from studio import tiers
 from studio.backend.controller import StudioController
 from studio.backend.engine_kinds import REMOTE
-from studio.backend.request_state import RequestState
-from studio.backend.supervisor import free_port
+from studio.backend.runs.request_state import RequestState
+from studio.backend.servers.supervisor import free_port
 from studio.protocol import RANDOM_SEED_BOUND
 from studio.ui import handlers
 from tests.conftest import engine_settings, start_engine

@@ -24,7 +24,7 @@ import psutil
 import pytest
 from gradio_client import Client
 
-from studio.backend.supervisor import free_port
+from studio.backend.servers.supervisor import free_port
 from tests.waiting import log_tail, wait_for, wait_for_page
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
+from studio.backend.runs.request_state import RequestState
 from studio.ui import bench_view, figures, gallery, handlers, tables
 from tests.conftest import MODEL_NAME, engine_settings
 from tests.waiting import wait_for_async
@@ -289,8 +289,8 @@ def test_cancel_from_a_selected_row_and_the_status_line_follows(controller):
 
 
 def test_a_shape_never_seen_says_no_estimate_yet():
-    from studio.backend.board import RequestBoard
-    from studio.backend.request_state import RequestView
+    from studio.backend.runs.board import RequestBoard
+    from studio.backend.runs.request_state import RequestView
     from studio.protocol import VideoRequest
 
     class OneRun:

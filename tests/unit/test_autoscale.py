@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from studio.backend.autoscale import (
+from studio.backend.servers.autoscale import (
     Action,
     Autoscaler,
     FleetLoad,
@@ -186,8 +186,8 @@ def test_the_log_is_bounded():
 
 
 def test_a_fleet_on_this_machine_is_planned_for_its_maximum_and_a_replica_out_frees_its_gpus(tmp_path):
-    from studio.backend.fleet import LocalReplicas
-    from studio.backend.launchers import LaunchError
+    from studio.backend.servers.launchers import LaunchError
+    from studio.backend.servers.local_fleet import LocalReplicas
     from studio.config import StudioSettings
 
     def scaling(**values) -> StudioSettings:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from studio.backend.bench_config import BenchConfigError
-from studio.backend.layouts import Layout
+from studio.backend.bench.config import BenchConfigError
+from studio.backend.servers.layouts import Layout
 from studio.cli import build_parser
 from studio.cli.bench import BenchCommand, _config
 from studio.cli.studio_flags import studio_settings

@@ -2,7 +2,7 @@
 
 import pytest
 
-from studio.backend.bench_config import DEFAULT_PROMPTS, BenchConfigError, parse_bench_config
+from studio.backend.bench.config import DEFAULT_PROMPTS, BenchConfigError, parse_bench_config
 
 
 def test_the_form_takes_lists_or_comma_separated_text():

@@ -2,9 +2,9 @@
 
 import time
 
-from studio.backend.board import RequestBoard
-from studio.backend.client import RequestTimings
-from studio.backend.request_state import RequestState, RequestView
+from studio.backend.clients.vllm_omni import RequestTimings
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.request_state import RequestState, RequestView
 from studio.protocol import VideoRequest
 
 

@@ -10,9 +10,7 @@ import json
 import httpx
 import pytest
 
-from studio.backend.board import RequestBoard
-from studio.backend.client import ClientError, RequestRejected, ServerClient, VideoClient, save_stream
-from studio.backend.cosmos_framework_client import (
+from studio.backend.clients.cosmos_framework import (
     GUARDRAILS_AT_START,
     JOB_ID_PREFIX,
     LATENCY_ONLY,
@@ -23,12 +21,14 @@ from studio.backend.cosmos_framework_client import (
     generate_body,
     server_base,
 )
+from studio.backend.clients.router import EndpointPool
+from studio.backend.clients.vllm_omni import ClientError, RequestRejected, ServerClient, VideoClient, save_stream
 from studio.backend.engine_kinds import client_class_for
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
 from studio.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
 from studio.ui import tables
 

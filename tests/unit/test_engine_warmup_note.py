@@ -1,8 +1,8 @@
-"""How the Server view words a serving engine's own warm-up (studio.backend.server_warmup.warmup_note)."""
+"""How the Server view words a serving engine's own warm-up (studio.backend.servers.warmup.warmup_note)."""
 
 from __future__ import annotations
 
-from studio.backend.server_warmup import warmup_note
+from studio.backend.servers.warmup import warmup_note
 
 
 def test_a_warm_up_under_way_names_its_runs_and_one_over_says_nothing() -> None:

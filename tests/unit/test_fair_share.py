@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.fair_share import FairShare, Standing, VisitorLimitExceeded
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
+from studio.backend.runs.fair_share import FairShare, Standing, VisitorLimitExceeded
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.config import StudioSettings
 from tests.waiting import wait_for_async
@@ -202,7 +202,7 @@ def test_cancel_unsent_touches_only_that_visitors_requests(controller):
 
 
 def test_cancel_refuses_another_visitors_request_unless_an_operator_asks(controller):
-    from studio.backend.board import NotYours
+    from studio.backend.runs.board import NotYours
 
     alice = controller.new_run(spec(2), ALICE)
     first, second = alice.views

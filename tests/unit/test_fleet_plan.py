@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from studio.backend.fleet import layout_label, managed_fleet, plan_fleet
-from studio.backend.launchers import LaunchError, launch_for
+from studio.backend.servers.launchers import LaunchError, launch_for
+from studio.backend.servers.local_fleet import layout_label, managed_fleet, plan_fleet
 from studio.config import StudioSettings
 
 EIGHT = [str(index) for index in range(8)]

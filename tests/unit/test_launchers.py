@@ -3,7 +3,7 @@ import stat
 
 import pytest
 
-from studio.backend.launchers import (
+from studio.backend.servers.launchers import (
     LaunchError,
     embedded_launch,
     find_vllm,

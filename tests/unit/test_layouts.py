@@ -2,7 +2,7 @@
 
 import pytest
 
-from studio.backend.layouts import (
+from studio.backend.servers.layouts import (
     Layout,
     LayoutError,
     layout_settings,

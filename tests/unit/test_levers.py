@@ -12,7 +12,8 @@ import gradio as gr
 import pytest
 from pydantic import ValidationError
 
-from studio.backend.launchers import (
+from studio.backend.bench.variants import help_flags
+from studio.backend.servers.launchers import (
     LEVER_FLAGS,
     LaunchError,
     check_parallelism,
@@ -21,7 +22,6 @@ from studio.backend.launchers import (
     vllm_omni_launch,
     world_size,
 )
-from studio.backend.variants import help_flags
 from studio.cli import build_parser
 from studio.cli.studio_flags import studio_settings
 from studio.config import StudioSettings

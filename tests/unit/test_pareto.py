@@ -2,7 +2,7 @@
 
 import pytest
 
-from studio.backend.pareto import pareto_front, recommend
+from studio.backend.bench.pareto import pareto_front, recommend
 
 
 def cell(layout, concurrency, per_min, p90, tier="256p", variant="base", failed=0, devices=4, guardrails=True):

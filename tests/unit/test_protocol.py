@@ -3,7 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from studio.backend.spec import NO_UPLOAD, TEXT_TO_VIDEO_ONLY, RunSpec
+from studio.backend.runs.spec import NO_UPLOAD, TEXT_TO_VIDEO_ONLY, RunSpec
 from studio.protocol import (
     DEFAULT_FPS,
     DEFAULT_HEIGHT,

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from studio.backend.clients.router import EndpointPool
 from studio.backend.controller import StudioController
-from studio.backend.router import EndpointPool
-from studio.backend.supervisor import ServerState, ServerStatus
+from studio.backend.servers.supervisor import ServerState, ServerStatus
 from studio.config import StudioSettings
 
 REMOTE = "http://10.11.12.13:8000/v1"

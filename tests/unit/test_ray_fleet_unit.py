@@ -11,9 +11,9 @@ import sys
 import psutil
 import pytest
 
-from studio.backend import ray_cluster
-from studio.backend.launchers import launch_for
-from studio.backend.ray_fleet import _end_orphan, ray_layout_label, replica_resources
+from studio.backend.servers import ray_cluster
+from studio.backend.servers.launchers import launch_for
+from studio.backend.servers.ray_fleet import _end_orphan, ray_layout_label, replica_resources
 from studio.config import StudioSettings
 
 

@@ -4,10 +4,10 @@ the others become queued requests followed by their job ids."""
 import asyncio
 import socket
 
-from studio.backend.recovery import follow_up, leftovers_to_follow, views_from_history
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.store import OutputStore
+from studio.backend.clients.router import EndpointPool
+from studio.backend.runs.recovery import follow_up, leftovers_to_follow, views_from_history
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.store import OutputStore
 from studio.protocol import VideoRequest
 
 
@@ -51,7 +51,7 @@ def test_a_row_left_at_a_server_is_followed_by_its_job_id(tmp_path):
 def test_history_of_an_older_studio_gains_visitors_in_place_and_its_runs_are_the_local_operators(tmp_path):
     import sqlite3
 
-    from studio.backend.store import SCHEMA
+    from studio.backend.runs.store import SCHEMA
 
     with sqlite3.connect(tmp_path / "history.sqlite3") as old:  # a database from before visitors
         old.executescript(SCHEMA)

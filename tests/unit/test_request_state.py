@@ -1,6 +1,6 @@
 """A request's moves: polls of its job, a resend after its server lost it, how a failed job reads."""
 
-from studio.backend.request_state import RequestState, RequestView
+from studio.backend.runs.request_state import RequestState, RequestView
 from studio.protocol import JobError, JobRecord, JobStatus, VideoRequest
 
 

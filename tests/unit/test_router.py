@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from studio.backend.router import Endpoint, EndpointPool, NoEndpointError
+from studio.backend.clients.router import Endpoint, EndpointPool, NoEndpointError
 from tests.waiting import wait_for
 
 

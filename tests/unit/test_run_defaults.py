@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from studio import tiers
-from studio.backend.bench import cell_spec
+from studio.backend.bench.runner import cell_spec
 from studio.backend.controller import StudioController
 from studio.backend.engine_kinds import (
     COSMOS_FRAMEWORK,
@@ -23,7 +23,7 @@ from studio.backend.engine_kinds import (
     engine_kind,
     kind_of_job,
 )
-from studio.backend.spec import RunSpec
+from studio.backend.runs.spec import RunSpec
 from studio.cli import build_parser
 from studio.cli.bench import BenchCommand, _config
 from studio.cli.generate import _checked_spec

@@ -11,13 +11,13 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from studio.backend.board import RequestBoard
+from studio.backend.clients.router import EndpointPool
 from studio.backend.controller import RunTooLarge, StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.spec import MAX_CONCURRENCY, RunSpec
-from studio.backend.store import OutputStore
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
+from studio.backend.runs.store import OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.cli.studio_flags import add_studio_flags, studio_settings
 from studio.config import StudioSettings

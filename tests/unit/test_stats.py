@@ -1,6 +1,6 @@
 import pytest
 
-from studio.backend.stats import RequestSample, percentile, summarize
+from studio.backend.runs.stats import RequestSample, percentile, summarize
 
 
 def sample(state="done", latency=1.0, created=0.0, finished=None, tier="256p", queue=0.0, inference=None):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from studio.backend.variants import (
+from studio.backend.bench.variants import (
     Variant,
     VariantError,
     check_variants,

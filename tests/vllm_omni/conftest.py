@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.backend.launchers import vllm_omni_launch
-from studio.backend.supervisor import ManagedServer
+from studio.backend.servers.launchers import vllm_omni_launch
+from studio.backend.servers.supervisor import ManagedServer
 from studio.config import StudioSettings
 from tests.conftest import WAN_DIR
 

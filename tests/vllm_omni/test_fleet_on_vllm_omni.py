@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ServerState
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers.supervisor import ServerState
 from tests.vllm_omni.conftest import vllm_settings
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.backend.launchers import LEVER_FLAGS, levers_missing, vllm_omni_launch
-from studio.backend.variants import server_flags
+from studio.backend.bench.variants import server_flags
+from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing, vllm_omni_launch
 from studio.ui.server_tab import lever_visibility
 from tests.vllm_omni.conftest import VLLM, vllm_settings
 

@@ -10,11 +10,11 @@ import asyncio
 import psutil
 import pytest
 
-from studio.backend import ray_cluster
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.spec import RunSpec
-from studio.backend.supervisor import ServerState
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.spec import RunSpec
+from studio.backend.servers import ray_cluster
+from studio.backend.servers.supervisor import ServerState
 from tests.ray_checks import left_running
 from tests.vllm_omni.conftest import vllm_settings
 

@@ -15,15 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from studio.backend.client import RequestRejected, VideoClient
+from studio.backend.clients.router import EndpointPool
+from studio.backend.clients.vllm_omni import RequestRejected, VideoClient
 from studio.backend.controller import StudioController
-from studio.backend.request_state import RequestState
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.server_metrics import scrape
-from studio.backend.spec import RunSpec
-from studio.backend.store import OutputStore
-from studio.backend.supervisor import ServerStartError, ServerState, group_members
+from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import RunSpec
+from studio.backend.runs.store import OutputStore
+from studio.backend.servers.metrics import scrape
+from studio.backend.servers.supervisor import ServerStartError, ServerState, group_members
 from studio.media import probe_mp4
 from studio.protocol import VideoRequest, error_message
 from tests.conftest import WAN_DIR

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from studio.backend.variants import Variant, VariantError, check_variants
+from studio.backend.bench.variants import Variant, VariantError, check_variants
 from tests.conftest import WAN_DIR
 from tests.vllm_omni.conftest import VLLM, vllm_settings
 

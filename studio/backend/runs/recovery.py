@@ -14,10 +14,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from studio.backend.client import ClientError, RequestRejected, RequestTimings, ServerUnreachable
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.router import Endpoint, EndpointPool
-from studio.backend.store import OutputStore
+from studio.backend.clients.router import Endpoint, EndpointPool
+from studio.backend.clients.vllm_omni import ClientError, RequestRejected, RequestTimings, ServerUnreachable
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.store import OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR
 from studio.protocol import JobRecord, JobStatus, VideoRequest
 

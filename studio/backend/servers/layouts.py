@@ -4,7 +4,7 @@ A layout is K replicas side by side, each W wide. For vLLM-Omni the width is its
 then holds W x cfg parallel x ulysses GPUs); for the embedded engine it is the engine's own parallelism, one
 request on W devices: the guidance halves on two (cfg parallel 2) and the tokens split across the rest (Ulysses),
 e.g. width 2 = cfg 2, width 4 = cfg 2 x ulysses 2, width 3 = ulysses 3. Every layout is checked against the GPUs (from --gpus, or every GPU found) before any server of
-the bench starts, by the same planner the studio's fleet uses (studio.backend.fleet.plan_fleet).
+the bench starts, by the same planner the studio's fleet uses (studio.backend.servers.local_fleet.plan_fleet).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from studio.backend.engine_kinds import ReplicaShape, engine_kind
 from studio.config import StudioSettings
 
 if TYPE_CHECKING:
-    from studio.backend.fleet import Replica
+    from studio.backend.servers.local_fleet import Replica
 
 # A sanity bound: a node has at most a few dozen GPUs, and each replica is a process of its own.
 MAX_REPLICAS = 64
@@ -116,8 +116,8 @@ def plan_layout(settings: StudioSettings, layout: Layout, found: list[str] | Non
     """The replicas of a layout with their GPUs; LayoutError where the GPUs cannot hold it. `found`: the
     machine's GPUs (default: every GPU found)."""
     # Imported here: the bench's form parses layouts at the CLI's start-up, which stays light.
-    from studio.backend.fleet import plan_fleet
-    from studio.backend.launchers import LaunchError
+    from studio.backend.servers.launchers import LaunchError
+    from studio.backend.servers.local_fleet import plan_fleet
 
     try:
         return plan_fleet(layout_settings(settings, layout), found)

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio.backend import ray_cluster
 from studio.backend.engine_kinds import engine_kind
-from studio.backend.launchers import launch_for, world_size
-from studio.backend.supervisor import ManagedServer, ServerStartError, ServerState, ServerStatus
+from studio.backend.servers import ray_cluster
+from studio.backend.servers.launchers import launch_for, world_size
+from studio.backend.servers.supervisor import ManagedServer, ServerStartError, ServerState, ServerStatus
 from studio.config import StudioSettings
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from studio.backend.http import async_client
+from studio.backend.clients.http import async_client
 
 WATCHED = (
     "vllm_omni:num_requests_running",

@@ -12,9 +12,9 @@ import sqlite3
 from dataclasses import asdict
 from typing import Any
 
-from studio.backend.client import JobOutcome
-from studio.backend.request_state import RequestView
-from studio.backend.store import OutputStore
+from studio.backend.clients.vllm_omni import JobOutcome
+from studio.backend.runs.request_state import RequestView
+from studio.backend.runs.store import OutputStore
 from studio.media import VideoError, VideoInfo, probe_mp4
 
 

@@ -20,7 +20,7 @@ from typing import Any, Self
 import httpx
 from pydantic import ValidationError
 
-from studio.backend.http import async_client, tls_context
+from studio.backend.clients.http import async_client, tls_context
 from studio.protocol import (
     JobRecord,
     JobStatus,
@@ -249,7 +249,7 @@ UpdateCallback = Callable[[JobRecord], Awaitable[None] | None]
 class ServerClient:
     """What every client of one server shares, whatever its contract: the options the endpoint pool builds each
     client from, closing, and the async context. Subclasses speak the contract (VideoClient: vLLM-Omni's video
-    API; studio.backend.cosmos_framework_client: the Cosmos Framework server's)."""
+    API; studio.backend.clients.cosmos_framework: the Cosmos Framework server's)."""
 
     def __init__(
         self,

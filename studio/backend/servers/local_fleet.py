@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 from studio.backend.engine_kinds import ReplicaShape, engine_kind
-from studio.backend.launchers import LaunchError, launch_for, parse_gpus, world_size
-from studio.backend.supervisor import ManagedServer
+from studio.backend.servers.launchers import LaunchError, launch_for, parse_gpus, world_size
+from studio.backend.servers.supervisor import ManagedServer
 from studio.config import StudioSettings
 
 

@@ -1,7 +1,7 @@
 """The fleets a bench compares: every layout x variant, each planned (GPUs, serve args) and checked before any
 server starts, then started one after the other by the studio's own fleet code, so that what the bench measures
-is what the studio runs when the layout is applied: on this machine (studio.backend.fleet), or with
-`--cluster ray` as Ray actors (studio.backend.ray_fleet) on the Ray the bench joins once for all its fleets."""
+is what the studio runs when the layout is applied: on this machine (studio.backend.servers.local_fleet), or with
+`--cluster ray` as Ray actors (studio.backend.servers.ray_fleet) on the Ray the bench joins once for all its fleets."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from studio.backend import ray_cluster
-from studio.backend.bench_config import BenchConfig
-from studio.backend.fleet import Replica, cpu_cores, gpus_found, managed_fleet
-from studio.backend.layouts import Layout, LayoutError, layout_settings, plan_layout, settings_layout
-from studio.backend.ray_fleet import RayServer, ray_fleet, replica_resources
-from studio.backend.supervisor import ManagedServer
-from studio.backend.variants import Variant, check_variants, serve_args, variants_of
+from studio.backend.bench.config import BenchConfig
+from studio.backend.bench.variants import Variant, check_variants, serve_args, variants_of
+from studio.backend.servers import ray_cluster
+from studio.backend.servers.layouts import Layout, LayoutError, layout_settings, plan_layout, settings_layout
+from studio.backend.servers.local_fleet import Replica, cpu_cores, gpus_found, managed_fleet
+from studio.backend.servers.ray_fleet import RayServer, ray_fleet, replica_resources
+from studio.backend.servers.supervisor import ManagedServer
 from studio.config import StudioSettings, with_engine_key
 
 # On Ray: how long a fleet waits for Ray to place all its replicas (other work on the cluster holding its GPUs)

@@ -30,7 +30,8 @@ from typing import Any
 import httpx
 
 from studio import tiers
-from studio.backend.client import (
+from studio.backend.clients.http import async_client, tls_context
+from studio.backend.clients.vllm_omni import (
     ClientError,
     JobOutcome,
     JobTimeout,
@@ -47,7 +48,6 @@ from studio.backend.engine_kinds import GUARDRAILS_AT_START as GUARDRAILS_AT_STA
 from studio.backend.engine_kinds import LATENCY_ONLY as LATENCY_ONLY
 from studio.backend.engine_kinds import NO_CANCEL, NO_UPLOAD
 from studio.backend.engine_kinds import NO_PROGRESS as NO_PROGRESS
-from studio.backend.http import async_client, tls_context
 from studio.protocol import JobError, JobRecord, JobStatus, VideoRequest, error_message, is_guardrail_block
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from studio.backend.launchers import LaunchSpec, launch_for
+from studio.backend.servers.launchers import LaunchSpec, launch_for
 from studio.config import StudioSettings
 
 if TYPE_CHECKING:
@@ -311,7 +311,7 @@ class ManagedServer:
         import httpx
         from tenacity import Retrying, retry_if_result, stop_after_delay
 
-        from studio.backend.http import sync_client
+        from studio.backend.clients.http import sync_client
 
         url = self.base_url + self.health_path
 

@@ -153,7 +153,7 @@ def _server_flags(command: tuple[str, ...]) -> frozenset[str]:
 
 def server_flags(settings: StudioSettings) -> frozenset[str]:
     """The flags the installed server takes, read from its help (once per command in a process)."""
-    from studio.backend.launchers import LaunchError
+    from studio.backend.servers.launchers import LaunchError
 
     try:
         command = help_command(settings)
@@ -176,7 +176,7 @@ def _known(flag: str, flags: frozenset[str], loose_flags: bool) -> bool:
 def check_variants(settings: StudioSettings, variants: list[Variant]) -> None:
     """Refuse, before any server starts, a variant that sets a flag the installed server does not have, one
     that sets what the layout sets, or one whose args the launcher would refuse (exposure-widening flags)."""
-    from studio.backend.launchers import LaunchError, parse_extra_args
+    from studio.backend.servers.launchers import LaunchError, parse_extra_args
 
     flags_of: dict[str, list[str]] = {}
     for variant in variants:

@@ -5,7 +5,7 @@ then its measured requests: closed loop (at most `concurrency` in flight) or ope
 `request_rate`). The cells run on the endpoints given (bench_pool: the page's servers, --url servers) or on
 each fleet (layout x variant, bench_fleets.py) in turn: start it, warm every replica, measure, stop it.
 Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a recommendation per
-tier (for fleets: the Pareto set and the fleet to run, pareto.py). The form is studio/backend/bench_config.py.
+tier (for fleets: the Pareto set and the fleet to run, pareto.py). The form is studio/backend/bench/config.py.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from studio import plots
-from studio.backend.bench_config import BenchConfig
-from studio.backend.bench_fleets import (
+from studio.backend.bench.config import BenchConfig
+from studio.backend.bench.fleets import (
     Fleet,
     bench_cluster,
     cluster_line,
@@ -37,20 +37,20 @@ from studio.backend.bench_fleets import (
     start_fleet,
     stop_fleet,
 )
-from studio.backend.client import server_root
+from studio.backend.bench.pareto import Recommendation, cell_name, fronts, recommend
+from studio.backend.bench.pareto_plot import pareto_figure
+from studio.backend.clients.router import EndpointPool
+from studio.backend.clients.vllm_omni import server_root
 from studio.backend.engine_kinds import engine_kind
-from studio.backend.launchers import LaunchError
-from studio.backend.pareto import Recommendation, cell_name, fronts, recommend
-from studio.backend.pareto_plot import pareto_figure
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.router import EndpointPool
-from studio.backend.runs import Run
-from studio.backend.server_metrics import scrape
-from studio.backend.server_warmup import wait_until_warm
-from studio.backend.spec import MAX_CONCURRENCY, RunSpec
-from studio.backend.stats import LatencySummary, summarize
-from studio.backend.store import OutputStore
-from studio.backend.supervisor import ManagedServer, ServerStartError
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
+from studio.backend.runs.stats import LatencySummary, summarize
+from studio.backend.runs.store import OutputStore
+from studio.backend.servers.launchers import LaunchError
+from studio.backend.servers.metrics import scrape
+from studio.backend.servers.supervisor import ManagedServer, ServerStartError
+from studio.backend.servers.warmup import wait_until_warm
 from studio.config import StudioSettings
 
 PARETO_PLOT = "pareto.png"

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display anywhere: render to images only
 from matplotlib.figure import Figure
 
-from studio.backend.pareto import Recommendation, Row, fronts, group_of
+from studio.backend.bench.pareto import Recommendation, Row, fronts, group_of
 
 MARKERS = "osD^v<>pPX*h"
 FRONT_COLOR = "#333333"

@@ -19,8 +19,8 @@ from enum import Enum
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_delay, wait_fixed
 
-from studio.backend.client import VideoClient
-from studio.backend.http import sync_client
+from studio.backend.clients.http import sync_client
+from studio.backend.clients.vllm_omni import VideoClient
 
 
 @dataclass(eq=False)

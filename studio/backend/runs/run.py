@@ -24,14 +24,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from studio.backend.client import ClientError, JobOutcome, ServerUnreachable
-from studio.backend.fair_share import FairShare
-from studio.backend.recorder import RunRecorder
-from studio.backend.recovery import Recovery, after_loss, follow_up, views_from_history
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.router import Endpoint, EndpointPool, NoEndpointError
-from studio.backend.spec import MAX_CONCURRENCY, RunSpec
-from studio.backend.store import NewRequest, OutputsFull, OutputStore
+from studio.backend.clients.router import Endpoint, EndpointPool, NoEndpointError
+from studio.backend.clients.vllm_omni import ClientError, JobOutcome, ServerUnreachable
+from studio.backend.runs.fair_share import FairShare
+from studio.backend.runs.recorder import RunRecorder
+from studio.backend.runs.recovery import Recovery, after_loss, follow_up, views_from_history
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
+from studio.backend.runs.store import NewRequest, OutputsFull, OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 from studio.protocol import JobRecord, VideoRequest
 

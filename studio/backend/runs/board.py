@@ -12,9 +12,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from studio.backend.request_state import RequestState, RequestView
-from studio.backend.runs import Run
-from studio.backend.stats import LatencySummary, summarize
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.run import Run
+from studio.backend.runs.stats import LatencySummary, summarize
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
+from studio.backend.bench.variants import parse_variants
 from studio.backend.engine_kinds import EMBEDDED
-from studio.backend.layouts import Layout, parse_layouts
-from studio.backend.spec import MAX_CONCURRENCY
-from studio.backend.variants import parse_variants
+from studio.backend.runs.spec import MAX_CONCURRENCY
+from studio.backend.servers.layouts import Layout, parse_layouts
 from studio.protocol import InferenceSteps
 from studio.tiers import DEFAULT_STEPS, TIERS, Aspect, normalize_frames
 

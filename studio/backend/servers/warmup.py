@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from studio.backend.http import async_client
+from studio.backend.clients.http import async_client
 
 log = logging.getLogger(__name__)
 

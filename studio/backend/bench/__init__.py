@@ -1,0 +1,1 @@
+"""The bench: cells over layouts and variants, their report, Pareto set and plots."""
