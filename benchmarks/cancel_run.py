@@ -90,8 +90,8 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"cancel {size} median {statistics.median(t for t, _ in figures):.3f} s", flush=True)
                 print(f"loop held {size} median {statistics.median(h for _, h in figures):.3f} s", flush=True)
         finally:
-            if controller.pool is not None:
-                await controller.pool.close()
+            if controller.fleet.pool is not None:
+                await controller.fleet.pool.close()
             controller.close()
             server.stop()
 

@@ -109,8 +109,8 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"| {name} | {idle:.2f} | {loaded:.2f} | {loaded / idle:.1f} | {worst / idle:.1f} |", flush=True)
             print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         finally:
-            if controller.pool is not None:
-                await controller.pool.close()
+            if controller.fleet.pool is not None:
+                await controller.fleet.pool.close()
             controller.close()
             server.stop()
 

@@ -1,7 +1,7 @@
 """How long a fleet of K replicas takes to be ready, against one replica, in one run: the replicas start side by
 side, so K of them should take about as long as one.
 
-The embedded engine on this machine (`--replicas K`, the studio's own fleet: studio.backend.servers.local_fleet), started and
+The embedded engine on this machine (`--replicas K`, the studio's own fleet: studio.backend.servers.fleet_manager), started and
 stopped `--rounds` times each way, alternating; reported: the median time from the start call to every replica
 answering its health check, and the ratio.
 
@@ -20,24 +20,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from studio.backend.servers.local_fleet import layout_label, managed_fleet, plan_fleet  # noqa: E402
+from studio.backend.servers.fleet_manager import FleetManager  # noqa: E402
 from studio.config import DEFAULT_MODEL_DIR, StudioSettings  # noqa: E402
 
 
 def start_s(replicas: int, logs: Path) -> tuple[float, str]:
     settings = StudioSettings(_env_file=None, model=str(DEFAULT_MODEL_DIR), replicas=replicas, engine_threads=1)
-    plan = plan_fleet(settings)
-    servers = managed_fleet(settings, logs, plan)
+    fleet = FleetManager(settings, logs)
     started = time.perf_counter()
     try:
-        for server in servers:
-            server.start(wait=False)
-        for server in servers:
-            server.wait_ready()
-        return time.perf_counter() - started, layout_label(settings, plan)
+        fleet.start(wait=True)
+        return time.perf_counter() - started, fleet.layout or ""
     finally:
-        for server in servers:
-            server.stop()
+        fleet.close()
 
 
 def main(args: argparse.Namespace) -> None:

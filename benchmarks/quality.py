@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from studio import tiers  # noqa: E402
+from studio.grammar import Scene, heldout_scenes  # noqa: E402
 from studio.smallmodel.analysis import read_video  # noqa: E402
-from studio.smallmodel.grammar import Scene, heldout_scenes  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "assets" / "omni-small-t2v"
 GROUND_TRUTH = "groundtruth"

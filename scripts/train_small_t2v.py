@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from studio.grammar import random_prompt, train_scenes, vocabulary  # noqa: E402
 from studio.smallmodel import build_pipeline  # noqa: E402
 from studio.smallmodel.clips import (  # noqa: E402
     EXTENT,
@@ -50,7 +51,6 @@ from studio.smallmodel.clips import (  # noqa: E402
     sample_layouts,
     sample_placements,
 )
-from studio.smallmodel.grammar import random_prompt, train_scenes, vocabulary  # noqa: E402
 
 # (width, height) native canvases and how often each is drawn (16:9 is what most requests ask for).
 SIZES = ((40, 24), (24, 40), (24, 24), (32, 24), (24, 32))

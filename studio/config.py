@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, TypeVar
 
-from pydantic import AliasChoices, Field, SecretStr, StringConstraints, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, StringConstraints, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from studio import tiers
@@ -52,188 +52,316 @@ def _flags(*names: str) -> dict[str, object]:
     return {"flags": names}
 
 
-class StudioSettings(BaseSettings):
-    """Everything a user can configure. CLI flags are passed as init values and win over env."""
+class EngineChoice(BaseModel):
+    """Which engine makes the videos: one the studio starts, or servers that already run."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="OMNI_STUDIO_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
-    )
+    group_title: ClassVar[str] = "engine"
 
-    # Which engine makes the videos.
     engine: EngineMode = Field(
+        title="Engine",
         default="embedded",
         description="embedded (the studio's own engine), vllm-omni (a managed `vllm serve --omni`), "
         "remote (vLLM-Omni servers that already run) or cosmos-framework (Cosmos Framework servers that already run)",
     )
-    model: str = Field(default=str(DEFAULT_MODEL_DIR), description="model dir or hub id the managed server serves")
+    model: str = Field(
+        title="Model", default=str(DEFAULT_MODEL_DIR), description="model dir or hub id the managed server serves"
+    )
     served_model_name: str | None = Field(
-        default=None, description="the name clients send as `model` (default: the model's dir name)"
+        title="Served model name",
+        default=None,
+        description="the name clients send as `model` (default: the model's dir name)",
     )
     remote_urls: Annotated[list[str], NoDecode] = Field(
+        title="Remote URLs",
         default_factory=list,
         description="a running server, http://host:port or http://host:port/v1 (repeatable: the least busy "
         "gets each request)",
         json_schema_extra={**_flags("--url"), "repeat": True},
     )
     api_key: SecretStr | None = Field(
-        default=None, description="bearer key of the servers (better: env OMNI_STUDIO_API_KEY)"
+        title="API key", default=None, description="bearer key of the servers (better: env OMNI_STUDIO_API_KEY)"
     )
 
-    # Embedded engine.
-    device: Device = Field(default="auto", description="the embedded engine's device")
-    engine_threads: int | None = Field(default=None, ge=1, description="torch CPU threads of each embedded engine")
-    blocklist: Path = Field(default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file")
 
-    # vLLM-Omni serve options.
-    vllm_executable: str = Field(
-        default="vllm", description="the `vllm` command, or the venv that has it", json_schema_extra=_flags("--vllm")
+class EmbeddedEngineSettings(BaseModel):
+    """The studio's own engine, where it runs and how it guards prompts."""
+
+    group_title: ClassVar[str] = "embedded engine"
+
+    device: Device = Field(title="Device", default="auto", description="the embedded engine's device")
+    engine_threads: int | None = Field(
+        title="CPU threads per engine", default=None, ge=1, description="torch CPU threads of each embedded engine"
     )
+    blocklist: Path = Field(
+        title="Guardrail blocklist", default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file"
+    )
+
+
+class ServerLevers(BaseModel):
+    """How a managed server spreads and speeds up one request: its parallel degrees and vLLM-Omni's levers. Each
+    vLLM-Omni lever reaches `vllm serve` only when set, so the server's own default holds otherwise."""
+
+    group_title: ClassVar[str] = "server levers"
+
     tensor_parallel_size: int = Field(
+        title="Tensor parallel",
         default=1,
         ge=1,
         description="GPUs per managed server (tensor parallel)",
         json_schema_extra=_flags("--tp", "--tensor-parallel-size"),
     )
-    cfg_parallel_size: int = Field(default=1, ge=1, le=2, description="classifier-free guidance parallel size")
-    ulysses_degree: int = Field(default=1, ge=1, description="Ulysses sequence parallel degree")
-    # More vLLM-Omni levers: each reaches `vllm serve` only when set, so the server's own default holds otherwise.
+    cfg_parallel_size: int = Field(
+        title="CFG parallel", default=1, ge=1, le=2, description="classifier-free guidance parallel size"
+    )
+    ulysses_degree: int = Field(title="Ulysses degree", default=1, ge=1, description="Ulysses sequence parallel degree")
     ring_degree: int | None = Field(
+        title="Ring degree",
         default=None,
         ge=1,
         description="Ring sequence parallel degree of a vLLM-Omni server (its GPUs multiply the width); "
         "the embedded engine ignores it",
     )
     cache_backend: ServerOptionName | None = Field(
+        title="Cache backend",
         default=None,
         description="diffusion cache of a vLLM-Omni server, e.g. tea_cache or cache_dit (default: off); "
         "the embedded engine ignores it",
         examples=["tea_cache", "cache_dit", "mag_cache", "sea_cache", "step_cache"],
     )
     quantization: ServerOptionName | None = Field(
+        title="Quantization",
         default=None,
         description="weight quantization of a vLLM-Omni server, e.g. fp8 (default: off, or what the model's config "
         "says); the embedded engine ignores it",
         examples=["fp8"],
     )
     diffusion_attention_backend: ServerOptionName | None = Field(
+        title="Attention backend",
         default=None,
         description="attention backend of a vLLM-Omni server, e.g. FLASH_ATTN, SAGE_ATTN or TORCH_SDPA (default: "
         "the server picks); the embedded engine ignores it (it picks its own fastest kernel)",
         examples=["FLASH_ATTN", "TORCH_SDPA", "SAGE_ATTN", "SAGE_ATTN_3", "CUDNN_ATTN", "FLASHINFER_ATTN"],
     )
     enforce_eager: bool = Field(
+        title="Enforce eager",
         default=False,
         description="a vLLM-Omni server runs the model eagerly, without torch.compile (a quicker start, slower "
         "steps); the embedded engine ignores it",
     )
     vae_tiling: bool = Field(
+        title="VAE tiling",
         default=False,
         description="a vLLM-Omni server decodes videos tile by tile (less GPU memory at large sizes); "
         "the embedded engine ignores it",
     )
+
+    @field_validator("cache_backend", "quantization", "diffusion_attention_backend", mode="before")
+    @classmethod
+    def _server_default(cls, value: object) -> object:
+        # "off", "auto" and the like (a form's first choice, an env value) mean: pass nothing, the server decides.
+        if isinstance(value, str) and value.strip().lower() in SERVER_DEFAULT_WORDS:
+            return None
+        return value.strip() if isinstance(value, str) else value
+
+
+class ManagedServerSettings(BaseModel):
+    """How the studio starts and watches a server of its own."""
+
+    group_title: ClassVar[str] = "managed server"
+
+    vllm_executable: str = Field(
+        title="vllm command",
+        default="vllm",
+        description="the `vllm` command, or the venv that has it",
+        json_schema_extra=_flags("--vllm"),
+    )
     model_class_name: str | None = Field(
-        default=None, description="the diffusers pipeline class vLLM-Omni loads (when the model's config names none)"
+        title="Pipeline class",
+        default=None,
+        description="the diffusers pipeline class vLLM-Omni loads (when the model's config names none)",
     )
     init_timeout_s: float = Field(
+        title="Init timeout (s)",
         default=1800.0,
         gt=0,
         description="seconds to wait for a managed server to be ready",
         json_schema_extra=_flags("--init-timeout"),
     )
     guardrails: bool = Field(
+        title="Server-wide guardrails",
         default=True,
         description="server-wide guardrails of a managed server",
         json_schema_extra=_flags("--server-guardrails"),
     )
-    log_stats: bool = Field(default=True, description="a managed vLLM-Omni server logs its statistics")
+    log_stats: bool = Field(
+        title="Log statistics", default=True, description="a managed vLLM-Omni server logs its statistics"
+    )
     extra_serve_args: str = Field(
+        title="Extra serve args",
         default="",
         description='more `vllm serve` flags, one string, split like a shell would ("--a 1 --b")',
         json_schema_extra=_flags("--serve-args"),
     )
     allow_risky_serve_args: bool = Field(
+        title="Allow exposure-widening serve args (--host, --allowed-local-media-path)",
         default=False,
         description="confirm extra serve args that widen exposure (--host, --allowed-local-media-path)",
     )
     gpus: str | None = Field(
-        default=None, description="GPU indices for the managed server, e.g. 0,1,2,3 (sets CUDA_VISIBLE_DEVICES)"
+        title="GPUs (e.g. 0,1,2,3)",
+        default=None,
+        description="GPU indices for the managed server, e.g. 0,1,2,3 (sets CUDA_VISIBLE_DEVICES)",
     )
-    docker_image: str = Field(default="vllm/vllm-omni:v0.30.0", description="the image `--docker` runs")
+    docker_image: str = Field(
+        title="Docker image", default="vllm/vllm-omni:v0.30.0", description="the image `--docker` runs"
+    )
     use_docker: bool = Field(
-        default=False, description="run `vllm serve` in NVIDIA's container", json_schema_extra=_flags("--docker")
+        title="Run in Docker",
+        default=False,
+        description="run `vllm serve` in NVIDIA's container",
+        json_schema_extra=_flags("--docker"),
     )
-    hf_home: Path | None = Field(default=None, description="Hugging Face cache of a managed server (HF_HOME)")
+    hf_home: Path | None = Field(
+        title="Hugging Face cache", default=None, description="Hugging Face cache of a managed server (HF_HOME)"
+    )
     server_port: int | None = Field(
-        default=None, ge=1, le=65535, description="port of a managed server (default: a free one)"
+        title="Server port", default=None, ge=1, le=65535, description="port of a managed server (default: a free one)"
     )
     auto_restart: bool = Field(
+        title="Auto-restart",
         default=False,
         description="restart a managed server that crashes and send again what it had not started",
     )
-    max_auto_restarts: int = Field(default=3, ge=0, description="restarts within restart_window_s before giving up")
-    restart_window_s: float = Field(default=600.0, gt=0, description="the window max_auto_restarts counts in")
+    max_auto_restarts: int = Field(
+        title="Most automatic restarts",
+        default=3,
+        ge=0,
+        description="restarts within restart_window_s before giving up",
+    )
+    restart_window_s: float = Field(
+        title="Restart window (s)",
+        default=600.0,
+        gt=0,
+        description="the window max_auto_restarts counts in",
+        json_schema_extra=_flags("--restart-window"),
+    )
 
-    # Client.
-    request_timeout_s: float = Field(default=3600.0, gt=0, description="give up on a job after this")
-    http_timeout_s: float = Field(default=60.0, gt=0, description="one HTTP call")
-    poll_interval_s: float = Field(default=0.25, gt=0, description="seconds between two polls of a job")
 
-    # Beyond one machine: the fleet placed and supervised by Ray.
+class ClientSettings(BaseModel):
+    """How the studio's clients wait on servers and their jobs."""
+
+    group_title: ClassVar[str] = "talking to servers"
+
+    request_timeout_s: float = Field(
+        title="Request timeout (s)",
+        default=3600.0,
+        gt=0,
+        description="give up on a job after this",
+        json_schema_extra=_flags("--request-timeout"),
+    )
+    http_timeout_s: float = Field(
+        title="HTTP timeout (s)",
+        default=60.0,
+        gt=0,
+        description="one HTTP call",
+        json_schema_extra=_flags("--http-timeout"),
+    )
+    poll_interval_s: float = Field(
+        title="Poll interval (s)",
+        default=0.25,
+        gt=0,
+        description="seconds between two polls of a job",
+        json_schema_extra=_flags("--poll-interval"),
+    )
+    server_wait_s: float = Field(
+        title="Wait for a server (s)",
+        default=120.0,
+        ge=0,
+        description="how long a request waits for a server to come back when none is up, before it fails",
+        json_schema_extra=_flags("--server-wait"),
+    )
+
+
+class FleetSettings(BaseModel):
+    """Servers of the model side by side, each with its own GPUs: on this machine, or placed and supervised by
+    Ray beyond one machine."""
+
+    group_title: ClassVar[str] = "fleet"
+
     cluster: Cluster = Field(
+        title="Cluster",
         default="local",
         description="where the fleet's replicas run: local (this machine) or ray (Ray actors, on the nodes Ray "
         "places them)",
     )
     ray_address: str | None = Field(
+        title="Ray address",
         default=None,
         description="a running Ray cluster, host:6379 (default with --cluster ray: a local Ray on loopback)",
     )
-
-    # A fleet: servers of the model side by side, each with its own GPUs.
     replicas: int = Field(
+        title="Replicas",
         default=1,
         ge=1,
         description="servers of the model side by side behind the studio's router, each on its own GPUs "
         "(a replica's width: --tp x --cfg-parallel-size x --ulysses-degree, and x --ring-degree for vLLM-Omni, GPUs); "
         "with --replicas-min/--replicas-max, how many it starts with (default: the minimum)",
     )
-    # A fleet that follows its load: given both bounds, the studio adds a replica while the queue stays long and
-    # takes out one that has been idle a while (on Ray, or on this machine's GPUs or cores).
+
+
+class ScalingSettings(BaseModel):
+    """A fleet that follows its load: given both bounds, the studio adds a replica while the queue stays long
+    and takes out one that has been idle a while (on Ray, or on this machine's GPUs or cores)."""
+
+    group_title: ClassVar[str] = "scaling"
+
     replicas_min: int | None = Field(
+        title="Fewest replicas",
         default=None,
         ge=1,
         description="the fewest replicas of a fleet that scales with its load (with --replicas-max; default: no "
         "scaling, --replicas always)",
     )
     replicas_max: int | None = Field(
+        title="Most replicas",
         default=None,
         ge=1,
         description="the most replicas of a fleet that scales with its load: on this machine, its GPUs must hold "
         "that many (with --replicas-min)",
     )
     scale_out_queue: float = Field(
+        title="Scale out above queue per replica",
         default=4.0,
         gt=0,
         description="a scaling fleet adds a replica when its queue per serving replica (requests waiting in the "
         "studio, and at the replicas) stays above this",
     )
     scale_out_after_s: float = Field(
+        title="Scale out after (s)",
         default=30.0,
         ge=0,
         description="seconds the queue per replica must stay above --scale-out-queue before a replica is added",
         json_schema_extra=_flags("--scale-out-after"),
     )
     scale_in_idle_s: float = Field(
+        title="Scale in when idle for (s)",
         default=600.0,
         ge=0,
         description="seconds a replica of a scaling fleet has had nothing to do before it is taken out",
         json_schema_extra=_flags("--scale-in-idle"),
     )
 
-    # Many visitors, one studio: the in-flight slots they share fairly, and what one visitor may take of them.
-    # Operators are held to none of the per-visitor limits. The upper bounds are far beyond any real studio's; they
-    # keep a mistyped value (1e12) from being taken as a setting.
+
+class SharingSettings(BaseModel):
+    """Many visitors, one studio: the in-flight slots they share fairly, what one visitor may take of them, and
+    how large a run may be. Operators are held to none of the per-visitor limits; the run size binds everyone.
+    The upper bounds are far beyond any real studio's; they keep a mistyped value (1e12) from being taken as a
+    setting. The operator may change these while the studio serves (StudioController.apply_sharing)."""
+
+    group_title: ClassVar[str] = "sharing"
+
     in_flight_slots: int | None = Field(
+        title="In-flight slots",
         default=None,
         ge=1,
         le=MAX_IN_FLIGHT_SLOTS,
@@ -241,85 +369,127 @@ class StudioSettings(BaseSettings):
         "the free slots in turn, visitor by visitor (default: 8 per server)",
     )
     visitor_max_in_flight: int | None = Field(
+        title="Per visitor: in flight",
         default=None,
         ge=1,
         le=MAX_IN_FLIGHT_SLOTS,
         description="requests one visitor may have at the servers at once (default: no limit beyond the slots)",
     )
     visitor_max_queued: int = Field(
+        title="Per visitor: queued",
         default=64,
         ge=1,
         le=MAX_QUEUED_REQUESTS,
         description="requests one visitor may have waiting in the studio, not yet sent",
     )
     visitor_max_videos_per_hour: int | None = Field(
+        title="Per visitor: videos per hour",
         default=None,
         ge=1,
         le=MAX_QUEUED_REQUESTS,
         description="requests one visitor may make in an hour (default: no limit)",
     )
-    # Everyone, operators too: a run is held in memory, in history and on the page as a whole, and cancelled as one.
     max_run_requests: int = Field(
+        title="Largest run (requests)",
         default=1000,
         ge=1,
         le=MAX_QUEUED_REQUESTS,
         description="requests one run may have (prompts x copies), for every visitor and operator alike",
     )
     cancel_unsent_on_close: bool = Field(
+        title="Cancel a visitor's unsent requests when their page closes",
         default=True,
         description="when a visitor's page closes, cancel their requests not yet sent to a server "
         "(those running finish)",
     )
-    server_wait_s: float = Field(
-        default=120.0,
-        ge=0,
-        description="how long a request waits for a server to come back when none is up, before it fails",
-        json_schema_extra=_flags("--server-wait"),
-    )
 
-    # Where results go.
+
+class PageSettings(BaseModel):
+    """Where results go, where the page listens, and what its form starts with."""
+
+    group_title: ClassVar[str] = "page"
+
     outputs_dir: Path = Field(
+        title="Outputs folder",
         default=Path("outputs"),
         description="outputs dir (videos, sidecars, history, logs)",
         json_schema_extra=_flags("--out"),
     )
-
-    # The page.
-    host: str = Field(default="127.0.0.1", description="address the page binds")
-    port: int = Field(default=7860, ge=1, le=65535, description="port of the page")
-    share: bool = Field(default=False, description="a public link through Gradio's tunnel")
-    # Who is who: accounts of the page, which of them are operators, and whether strangers may generate.
-    auth: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list,
-        description="an account of the page, user:pass (repeatable); each account is its own visitor",
-        json_schema_extra={"repeat": True},
+    host: str = Field(title="Host", default="127.0.0.1", description="address the page binds")
+    port: int = Field(title="Port", default=7860, ge=1, le=65535, description="port of the page")
+    share: bool = Field(title="Share link", default=False, description="a public link through Gradio's tunnel")
+    default_tier: Literal["256p", "480p", "720p"] = Field(
+        title="Default tier", default="256p", description="the page's tier at start"
     )
-    auth_file: Path | None = Field(
-        default=None, description="a file of accounts, one user:pass per line (# starts a comment)"
-    )
-    operators: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="a user who runs the servers and sees everyone's work (repeatable; default: the first --auth "
-        "user; on a Space, Hugging Face user names)",
-        json_schema_extra={**_flags("--operator"), "repeat": True},
-    )
-    allow_anonymous: bool = Field(
-        default=False,
-        description="let visitors who have not signed in generate, each browser its own visitor (never an operator)",
-    )
-    insecure: bool = Field(
-        default=False,
-        description="serve a non-loopback host or --share with no sign-in, every visitor an operator",
-    )
-    default_tier: Literal["256p", "480p", "720p"] = Field(default="256p", description="the page's tier at start")
     default_frames: int | None = Field(
+        title="Default frames",
         default=None,
         ge=1,
         description="frames when none are given (default: the engine's: a short clip on the embedded engine, else the "
         "tier's)",
     )
     default_steps: InferenceSteps | None = Field(
-        default=None, description=f"steps when none are given (default: {tiers.DEFAULT_STEPS})"
+        title="Default steps", default=None, description=f"steps when none are given (default: {tiers.DEFAULT_STEPS})"
+    )
+
+
+class AccessSettings(BaseModel):
+    """Who is who: accounts of the page, which of them are operators, and whether strangers may generate."""
+
+    group_title: ClassVar[str] = "visitors and operators"
+
+    auth: Annotated[list[SecretStr], NoDecode] = Field(
+        title="Accounts",
+        default_factory=list,
+        description="an account of the page, user:pass (repeatable); each account is its own visitor",
+        json_schema_extra={"repeat": True},
+    )
+    auth_file: Path | None = Field(
+        title="Accounts file",
+        default=None,
+        description="a file of accounts, one user:pass per line (# starts a comment)",
+    )
+    operators: Annotated[list[str], NoDecode] = Field(
+        title="Operators",
+        default_factory=list,
+        description="a user who runs the servers and sees everyone's work (repeatable; default: the first --auth "
+        "user; on a Space, Hugging Face user names)",
+        json_schema_extra={**_flags("--operator"), "repeat": True},
+    )
+    allow_anonymous: bool = Field(
+        title="Allow visitors without sign-in",
+        default=False,
+        description="let visitors who have not signed in generate, each browser its own visitor (never an operator)",
+    )
+    insecure: bool = Field(
+        title="Insecure (everyone an operator)",
+        default=False,
+        description="serve a non-loopback host or --share with no sign-in, every visitor an operator",
+    )
+
+
+class StudioSettings(
+    AccessSettings,
+    PageSettings,
+    SharingSettings,
+    ScalingSettings,
+    FleetSettings,
+    ClientSettings,
+    ManagedServerSettings,
+    ServerLevers,
+    EmbeddedEngineSettings,
+    EngineChoice,
+    BaseSettings,
+):
+    """Everything a user can configure, composed of its groups (SETTINGS_GROUPS), the way vLLM composes its
+    configuration: each field is declared once, in its group, with its title (the page's label), its help and its
+    bounds; the CLI's argument groups and the Server tab's forms iterate a group's fields. The groups are bases, not
+    nested fields, so that every flag and environment variable keeps its flat name (--replicas,
+    OMNI_STUDIO_REPLICAS) and every reader its `settings.replicas`; `part(Group)` gives a group on its own.
+    CLI flags are passed as init values and win over env."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OMNI_STUDIO_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )
 
     @field_validator("remote_urls", "auth", "operators", mode="before")
@@ -331,14 +501,6 @@ class StudioSettings(BaseSettings):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
-
-    @field_validator("cache_backend", "quantization", "diffusion_attention_backend", mode="before")
-    @classmethod
-    def _server_default(cls, value: object) -> object:
-        # "off", "auto" and the like (a form's first choice, an env value) mean: pass nothing, the server decides.
-        if isinstance(value, str) and value.strip().lower() in SERVER_DEFAULT_WORDS:
-            return None
-        return value.strip() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _scaling_bounds(self) -> StudioSettings:
@@ -375,6 +537,28 @@ class StudioSettings(BaseSettings):
 
     def api_key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
+
+    def part(self, group: type[Group]) -> Group:
+        """One group of these settings on its own (the scaling policy is made of ScalingSettings, ...)."""
+        return group.model_validate(self.model_dump(include=set(group.model_fields)))
+
+
+Group = TypeVar("Group", bound=BaseModel)
+# The groups, in the order the CLI's help and the Server tab show them.
+SETTINGS_GROUPS: tuple[type[BaseModel], ...] = (
+    EngineChoice,
+    EmbeddedEngineSettings,
+    ServerLevers,
+    ManagedServerSettings,
+    ClientSettings,
+    FleetSettings,
+    ScalingSettings,
+    SharingSettings,
+    PageSettings,
+    AccessSettings,
+)
+# What makes a managed engine and how it is started: the flags `ui`, `generate` and `bench` share.
+ENGINE_GROUPS = SETTINGS_GROUPS[:4]
 
 
 def with_engine_key(settings: StudioSettings) -> StudioSettings:

@@ -9,11 +9,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # no display anywhere: render to images only
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from studio.backend.runs.stats import Timings, latency_parts
+
+STUDIO_WAIT_COLOR = "#d5d5d5"
 QUEUE_COLOR = "#f2a541"
 INFERENCE_COLOR = "#3a7ca5"
 OTHER_COLOR = "#b0b0b0"
@@ -28,6 +32,30 @@ class TimelineRow:
     inference_s: float
     other_s: float  # download and validation after the server finished
     failed: bool = False
+    studio_wait_s: float = 0.0  # before start_s: from its submit, waiting for a free slot in the studio
+
+
+def timeline_row(label: str, origin: float, timings: Timings, finished_at: float | None, done: bool) -> TimelineRow:
+    """A request's bar, from its submit: the parts of its latency as the statistics count them
+    (stats.LatencyParts), so a request done ends when its video arrived; one that made none, when it ended."""
+    sent = timings.sent if timings.sent is not None else (finished_at or timings.created)
+    if done:
+        parts = latency_parts(timings)
+        queue, other = parts.queue_s or 0.0, parts.download_s or 0.0
+        # A server that cannot tell its queue apart: all its time is drawn as making the video.
+        inference = parts.inference_s if parts.inference_s is not None else parts.at_server_s or 0.0
+    else:
+        queue, other = 0.0, 0.0
+        inference = max(0.0, (timings.completed or finished_at or sent) - sent)
+    return TimelineRow(
+        label=label,
+        start_s=sent - origin,
+        queue_s=queue,
+        inference_s=inference,
+        other_s=other,
+        failed=not done,
+        studio_wait_s=max(0.0, sent - timings.created),
+    )
 
 
 def _figure(width: float = 6.0, height: float = 3.2) -> tuple[Figure, plt.Axes]:
@@ -43,16 +71,19 @@ def latency_histogram(latencies: Sequence[float], p50: float | None = None, p90:
             if value is not None:
                 ax.axvline(value, color="black", linestyle="--", linewidth=1)
                 ax.text(value, ax.get_ylim()[1] * 0.95, f" {name}", va="top")
-    ax.set_xlabel("latency (s)")
+    ax.set_xlabel("latency (s), from the submit to the video")
     ax.set_ylabel("requests")
     ax.set_title("Latency distribution")
     return fig
 
 
 def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
-    """One bar per request on one time axis: queue wait then inference, so concurrency shows."""
+    """One bar per request on one time axis: waiting in the studio, queue wait, inference, download, so
+    concurrency shows and each bar ends where its latency does."""
     fig, ax = _figure(height=max(2.5, min(12.0, 0.22 * len(rows) + 1.2)))
     for i, row in enumerate(rows):
+        if row.studio_wait_s > 0:
+            ax.barh(i, row.studio_wait_s, left=row.start_s - row.studio_wait_s, color=STUDIO_WAIT_COLOR, height=0.8)
         ax.barh(i, row.queue_s, left=row.start_s, color=QUEUE_COLOR, height=0.8)
         ax.barh(
             i,
@@ -66,8 +97,10 @@ def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
     ax.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first request")
-    ax.set_title("Request timeline (queue wait, inference, download)")
+    ax.set_title("Request timeline (waiting in the studio, queue wait, inference, download)")
     legend = {"queue wait": QUEUE_COLOR, "inference": INFERENCE_COLOR, "download": OTHER_COLOR}
+    if any(row.studio_wait_s > 0 for row in rows):
+        legend = {"waiting in the studio": STUDIO_WAIT_COLOR, **legend}
     if any(row.failed for row in rows):
         legend["failed"] = FAILED_COLOR
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in legend.values()]
@@ -76,13 +109,14 @@ def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
 
 
 def throughput_over_time(series: Sequence[tuple[float, float]]) -> Figure:
+    """stats.throughput_so_far's series: videos/min while in flight up to each moment."""
     fig, ax = _figure()
     if series:
         xs, ys = zip(*series, strict=True)
-        ax.step(xs, ys, where="post", color=INFERENCE_COLOR)
-    ax.set_xlabel("seconds since the first request")
-    ax.set_ylabel("videos / min")
-    ax.set_title("Throughput over time")
+        ax.plot(xs, ys, color=INFERENCE_COLOR)
+    ax.set_xlabel("seconds in flight (idle gaps left out)")
+    ax.set_ylabel("videos / min while in flight")
+    ax.set_title("Throughput while in flight, so far")
     return fig
 
 
@@ -94,6 +128,11 @@ def versus_concurrency(points: dict[str, Sequence[tuple[float, float]]], ylabel:
             xs, ys = zip(*sorted(values), strict=True)
             ax.plot(xs, ys, marker="o", label=name)
     ax.set_xscale("log", base=2)
+    # The concurrencies measured, as plain numbers (a log axis would read 2^0, 2^1, 2^2).
+    ticks = sorted({x for values in points.values() for x, _ in values})
+    if ticks:
+        ax.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("concurrency")
     ax.set_ylabel(ylabel)
     ax.set_title(title)

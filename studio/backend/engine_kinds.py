@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
 from studio import tiers
-from studio.config import EngineMode, StudioSettings
+from studio.config import EngineMode, ServerLevers, StudioSettings
 from studio.protocol import DEFAULT_FPS
 
 if TYPE_CHECKING:
@@ -186,6 +186,17 @@ class EngineKind:
         None  # "module:name" of its launcher (studio.backend.servers.launchers), a managed kind's
     )
     job_id_prefix: str | None = None  # where its job ids tell it apart from the others'
+    # Its servers read every server lever (vLLM-Omni's serve flags); else only its replica's degrees.
+    reads_serve_levers: bool = False
+
+    def levers(self) -> tuple[str, ...]:
+        """The server levers (studio.config.ServerLevers' fields) its servers read; none for servers the studio
+        does not start."""
+        if self.replica is None:
+            return ()
+        if self.reads_serve_levers:
+            return tuple(ServerLevers.model_fields)
+        return tuple(degree.setting for degree in self.replica.degrees)
 
     @property
     def client_class(self) -> type[ServerClient]:
@@ -271,6 +282,7 @@ VLLM_OMNI = EngineKind(
         wide_needs_wan=False,
     ),
     launcher_path="studio.backend.servers.launchers:VLLM_OMNI_LAUNCHER",
+    reads_serve_levers=True,
 )
 REMOTE = EngineKind(
     name="remote",

@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
 from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE, fail
-from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
+from studio.cli.studio_flags import add_engine_flags, add_group_flags, studio_settings
+from studio.config import ClientSettings, FleetSettings
 from studio.settings_flags import add_model_flags, model_values
 
 # Prompts and variants come from files here (--prompts FILE, --variants FILE: BenchCommand fields); the rest of
@@ -20,9 +21,6 @@ from studio.settings_flags import add_model_flags, model_values
 FROM_FILES = ("prompts", "variants")
 CONFIG_FIELDS = tuple(name for name in BenchConfig.model_fields if name not in FROM_FILES)
 CONFIG_DEST = "bench_"  # BenchConfig.guardrails is not StudioSettings.guardrails (--server-guardrails)
-# The fleet the bench starts when no --layouts are given: --replicas of the engine's width; on this machine or,
-# with --cluster ray, as Ray actors on the nodes of --ray-address (a local Ray on loopback without it).
-FLEET_FIELDS = ("replicas", "cluster", "ray_address")
 SUMMARY_COLUMNS = {
     "layout": "layout",
     "variant": "variant",
@@ -72,7 +70,10 @@ def register(sub: Subcommands) -> None:
         "placed by Ray (--cluster ray); a report folder, a Pareto plot and a recommendation per tier.",
     )
     add_engine_flags(parser)
-    add_studio_flags(parser.add_argument_group("fleet"), FLEET_FIELDS)
+    add_group_flags(parser, ClientSettings)
+    # The fleet the bench starts when no --layouts are given: --replicas of the engine's width; on this machine or,
+    # with --cluster ray, as Ray actors on the nodes of --ray-address (a local Ray on loopback without it).
+    add_group_flags(parser, FleetSettings)
     group = parser.add_argument_group("bench")
     add_model_flags(group, BenchCommand)
     add_model_flags(group, BenchConfig, CONFIG_FIELDS, dest_prefix=CONFIG_DEST)

@@ -2,11 +2,11 @@
 goes to stdout, one a line, in the order of the prompts: with one prompt, its path is the last stdout line.
 
 Several prompts are sent at once, over the fleet `--replicas` starts (the router gives each to the least busy
-replica). One managed engine takes seconds to start, nearly all of it its own imports, so with one replica the
-request is checked and the engine started before this process imports the rest of the studio (the run machinery,
-the HTTP SDK, the progress display): the two then load side by side on different cores. That is why `run` imports
-only light modules until the engine is starting, and `_send_and_report` imports the rest. A fleet is started by
-the studio's controller, as the page's is.
+replica). A managed engine takes seconds to start, nearly all of it its own imports, so on this machine the
+request is checked and the fleet set starting (servers/fleet_manager.py, as the page's is) before this process
+imports the rest of the studio (the run machinery, the HTTP SDK, the progress display): the two then load side by
+side on different cores. That is why `run` imports only light modules until the engine is starting, and
+`_send_and_report` imports the rest. A fleet on Ray is set starting by the controller, after the imports.
 """
 
 from __future__ import annotations
@@ -20,22 +20,23 @@ from studio import tiers
 from studio.backend.engine_kinds import EMBEDDED, engine_kind
 from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE
-from studio.cli.studio_flags import add_engine_flags, add_studio_flags, studio_settings
+from studio.cli.studio_flags import add_engine_flags, add_group_flags, add_studio_flags, studio_settings
+from studio.config import ClientSettings, FleetSettings
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from rich.console import Console
 
+    from studio.backend.controller import StudioController
     from studio.backend.runs.request_state import RequestView
     from studio.backend.runs.spec import RunSpec
     from studio.backend.runs.store import OutputStore
-    from studio.backend.servers.supervisor import ManagedServer
+    from studio.backend.servers.fleet_manager import FleetManager
     from studio.config import StudioSettings
 
 GENERATE_POLL_S = 0.1
 # The request's flags, as RunSpec names them; RunSpec checks their values.
 REQUEST_FIELDS = ("negative_prompt", "aspect", "frames", "fps", "steps", "guidance", "seed", "image_url")
-# The fleet the videos are made on: replicas of the engine, on this machine or placed by Ray (as `ui` takes them).
-FLEET_FIELDS = ("replicas", "cluster", "ray_address")
 PROMPT_SHOWN_CHARS = 32  # of a prompt, in its progress bar and its error line
 
 
@@ -84,7 +85,9 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     add_studio_flags(parser, ("outputs_dir",))
     add_engine_flags(parser)
-    add_studio_flags(parser.add_argument_group("fleet"), FLEET_FIELDS)
+    # How long to wait on servers, and the fleet the videos are made on (as `ui` takes them).
+    add_group_flags(parser, ClientSettings)
+    add_group_flags(parser, FleetSettings)
 
 
 def _spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec:
@@ -108,11 +111,17 @@ def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
 
 
-def _usage_message(exc: ValidationError) -> str:
-    """The first problem of a request, named by its flag where it has one."""
-    problem = exc.errors()[0]
-    field = str(problem["loc"][0]) if problem["loc"] else ""
-    return f"--{field.replace('_', '-')}: {problem['msg']}" if field in REQUEST_FIELDS else problem["msg"]
+def _usage_message(exc: ValidationError, tier: str | None) -> str:
+    """What is wrong with the request, in the page's voice (runs/problems.py), each field named by its flag."""
+    from studio.backend.runs.problems import describe
+    from studio.backend.runs.spec import count_range
+
+    def flag(field: str) -> str:
+        if field in REQUEST_FIELDS or field in ("tier", "copies"):
+            return "--" + field.replace("_", "-")
+        return "" if field == "prompts" else field.replace("_", " ")
+
+    return describe(exc, flag, lambda field: count_range(field, tier))
 
 
 def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec | str:
@@ -128,7 +137,7 @@ def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec
         spec = _spec(args, settings)
         spec.shape()  # tier, frames and fps
     except ValidationError as exc:
-        return _usage_message(exc)
+        return _usage_message(exc, args.tier or settings.default_tier)
     except tiers.TierError as exc:
         return str(exc)
     refusal = spec.image_refusal(settings.engine) or spec.too_many_requests(settings.max_run_requests)
@@ -145,9 +154,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from studio.backend.runs.store import OutputStore
+    from studio.backend.servers.fleet_manager import FleetManager
     from studio.backend.servers.launchers import LaunchError
-    from studio.backend.servers.supervisor import ServerStartError, managed_server_for
-    from studio.config import with_engine_key
+    from studio.backend.servers.supervisor import ServerStartError
 
     settings = studio_settings(args)
     spec = _checked_spec(args, settings)
@@ -157,33 +166,44 @@ def run(args: argparse.Namespace) -> int:
     # Few requests: poll them often (a local engine answers a poll in milliseconds); the default interval is
     # sized for many requests at once.
     settings = settings.model_copy(update={"poll_interval_s": min(settings.poll_interval_s, GENERATE_POLL_S)})
-    # A managed engine answers this process alone: with no key given, a random one for this run of the command.
-    settings = with_engine_key(settings)
     store = OutputStore(Path(settings.outputs_dir))
-    server: ManagedServer | None = None
+    # A managed fleet answers this process alone: with no key given, it gets a random one for this run.
+    fleet = FleetManager(settings, store.logs_dir)
     try:
-        if engine_kind(settings).managed:
-            if settings.replicas == 1 and settings.cluster == "local":
-                print(f"starting the {settings.engine} engine ({settings.model}) ...", file=sys.stderr, flush=True)
-                server = managed_server_for(settings, store.logs_dir)
+        if fleet.managed:
+            where = " on Ray" if settings.cluster == "ray" else ""
+            count = "" if settings.replicas == 1 else f"{settings.replicas} replicas of "
+            print(
+                f"starting {count}the {settings.engine} engine ({settings.model}){where} ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            if settings.cluster == "local":
                 try:
-                    server.start(wait=False)
+                    fleet.launch()
                 except (ServerStartError, LaunchError, ValueError) as exc:
                     _error(f"could not start the engine: {exc}")
                     return EXIT_FAILED
-            else:  # the controller starts the fleet, after the imports
-                where = " on Ray" if settings.cluster == "ray" else ""
-                count = f"{settings.replicas} replica{'s' * (settings.replicas != 1)}"
-                print(
-                    f"starting {count} of the {settings.engine} engine ({settings.model}){where} ...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        return asyncio.run(_send_and_report(args, settings, spec, store, server))
+        return asyncio.run(_send_and_report(args, settings, spec, store, fleet))
     finally:
-        if server is not None:
-            server.stop()
+        fleet.stop()
         store.close()
+
+
+async def _say_when_no_server_answers(controller: StudioController, settings: StudioSettings, err: Console) -> None:
+    """Servers the studio attaches to may be down when it starts: the requests then wait for one to answer, for
+    --server-wait seconds. Say so at once, and how to change it, rather than show nothing for that long."""
+    pool = controller.fleet.pool
+    if controller.managed or pool is None:
+        return
+    await pool.check_health()
+    if any(endpoint.healthy for endpoint in pool.endpoints):
+        return
+    urls = ", ".join(endpoint.url for endpoint in pool.endpoints)
+    err.print(
+        f"no server answers at {urls}: waiting up to {settings.server_wait_s:g} s for one to come up "
+        "(--server-wait SECONDS changes this; 0 gives up at once)"
+    )
 
 
 def _shown(prompt: str) -> str:
@@ -203,10 +223,10 @@ async def _send_and_report(
     settings: StudioSettings,
     spec: RunSpec,
     store: OutputStore,
-    server: ManagedServer | None,
+    fleet: FleetManager,
 ) -> int:
-    """Wait for the engine (`server`, started but not yet ready; None for a fleet, which the controller starts, and
-    for remote servers), send the requests at once, show each one's progress, report the results."""
+    """Wait for the engine (`fleet`: set starting already on this machine; on Ray and for remote servers the
+    controller starts or attaches it), send the requests at once, show each one's progress, report the results."""
     from studio.startup import collector_paused
 
     with collector_paused():  # the rest of the studio, while the engine starts
@@ -220,7 +240,7 @@ async def _send_and_report(
         from studio.backend.servers.supervisor import ServerStartError
 
     err = Console(stderr=True, soft_wrap=True)
-    controller = StudioController(settings, store=store, server=server)
+    controller = StudioController(settings, store=store, fleet=fleet)
     try:
         try:
             load_sdk()  # while the engine starts: the two share no work, and a CPU has more than one core
@@ -228,14 +248,17 @@ async def _send_and_report(
         except (ServerStartError, ValueError) as exc:
             err.print(f"[red]error:[/red] could not start the engine: {escape(str(exc))}")
             return EXIT_FAILED
-        if server is not None:
-            status = controller.server_status()
+        if len(controller.fleet.servers) == 1:
+            status = controller.fleet.server_status()
             if status is not None and status.startup_s is not None:
                 err.print(f"engine ready in {status.startup_s:.1f} s at {status.url}")
-        elif controller.servers:
-            startups = [s.status().startup_s or 0.0 for s in controller.servers]
-            urls = ", ".join(s.base_url for s in controller.servers)
-            err.print(f"fleet ready in {max(startups):.1f} s ({controller.layout}) at {urls}")
+        elif controller.fleet.servers:
+            startups = [s.status().startup_s or 0.0 for s in controller.fleet.servers]
+            urls = ", ".join(s.base_url for s in controller.fleet.servers)
+            err.print(f"fleet ready in {max(startups):.1f} s ({controller.fleet.layout}) at {urls}")
+        await _say_when_no_server_answers(controller, settings, err)
+        for hint in controller.prompt_hints(spec.prompts):
+            err.print(f"note: {escape(hint)}")
         run = controller.new_run(spec)
         count = len(run.views)
         with Progress(
@@ -288,6 +311,6 @@ async def _send_and_report(
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_FAILED
     finally:
-        if controller.pool is not None:
-            await controller.pool.close()
+        if controller.fleet.pool is not None:
+            await controller.fleet.pool.close()
         controller.close()

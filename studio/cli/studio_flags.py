@@ -1,44 +1,28 @@
-"""The StudioSettings flags that the commands share, and the settings they give."""
+"""The StudioSettings flags that the commands share, a group of settings at a time, and the settings they give."""
 
 from __future__ import annotations
 
 import argparse
 
-from studio.config import StudioSettings, load_settings
+from pydantic import BaseModel
+
+from studio.config import ENGINE_GROUPS, StudioSettings, load_settings
 from studio.settings_flags import ArgumentContainer, add_model_flags, model_values
 
-# Which engine makes the videos, and how a managed one is started.
-ENGINE_FIELDS = (
-    "engine",
-    "remote_urls",
-    "api_key",
-    "model",
-    "served_model_name",
-    "device",
-    "engine_threads",
-    "vllm_executable",
-    "tensor_parallel_size",
-    "cfg_parallel_size",
-    "ulysses_degree",
-    "ring_degree",
-    "cache_backend",
-    "quantization",
-    "diffusion_attention_backend",
-    "enforce_eager",
-    "vae_tiling",
-    "model_class_name",
-    "gpus",
-    "init_timeout_s",
-    "extra_serve_args",
-    "use_docker",
-    "guardrails",
-    "allow_risky_serve_args",
-    "auto_restart",
-)
+
+def add_group_flags(parser: argparse.ArgumentParser, group: type[BaseModel]) -> None:
+    """Every field of a settings group (studio.config.SETTINGS_GROUPS), as an argument group of its title."""
+    add_model_flags(
+        parser.add_argument_group(group.group_title, description=group.__doc__),
+        StudioSettings,
+        tuple(group.model_fields),
+    )
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    add_model_flags(parser.add_argument_group("engine"), StudioSettings, ENGINE_FIELDS)
+    """Which engine makes the videos and how a managed one is started: what `ui`, `generate` and `bench` share."""
+    for group in ENGINE_GROUPS:
+        add_group_flags(parser, group)
 
 
 def add_studio_flags(parser: ArgumentContainer, names: tuple[str, ...]) -> None:

@@ -14,6 +14,7 @@ larger than the largest batch size of its shape warmed so far.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -40,6 +41,13 @@ log = logging.getLogger(__name__)
 DENOISE_SHARE = 95.0
 # The error of a job stopped by DELETE: 499, nginx's "client closed request".
 CANCELLED = (499, "cancelled")
+
+
+def _whole_seconds(frames: int | None, fps: float) -> str:
+    """A clip's length as the record's `seconds` (whole seconds, as a string): rounded up, at least 1."""
+    if not frames or fps <= 0:
+        return str(DEFAULT_SECONDS)
+    return str(max(1, math.ceil(frames / fps)))
 
 
 @dataclass
@@ -74,8 +82,9 @@ class Job:
         self.status, self.error = JobStatus.FAILED, {"code": code, "message": message}
 
     def record(self) -> JobRecord:
-        """The job record, with vLLM-Omni 0.30's fields and rules (size and seconds as sent; seconds "4"
-        when not sent; num_frames as requested, then as counted in the output)."""
+        """The job record, with vLLM-Omni 0.30's fields and rules (size and seconds as sent; num_frames as
+        requested, then as counted in the output). Where seconds was not sent, vLLM-Omni answers "4" whatever the
+        length; the engine answers the clip's length in whole seconds, rounded up (docs/compatibility.md)."""
         frames = self.output_frames if self.output_frames is not None else self.requested_frames
         completed = self.status is JobStatus.COMPLETED
         return JobRecord(
@@ -85,7 +94,7 @@ class Job:
             status=self.status,
             size=self.size_field,
             progress=self.progress,
-            seconds=self.seconds_field or str(DEFAULT_SECONDS),
+            seconds=self.seconds_field or _whole_seconds(frames, self.fps),
             quality="default",
             completed_at=self.completed_at,
             created_at=self.created_at,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,19 @@ def register_project_pipelines() -> None:
             raise
 
 
+def quiet_loading() -> None:
+    """No progress bars while the pipeline loads: the server's log is read as text (the Server tab shows it), where
+    a bar is a line of block characters redrawn over and over; the engine says itself when it has loaded."""
+    from diffusers.utils import logging as diffusers_logging
+
+    diffusers_logging.disable_progress_bar()
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # a pipeline without a text encoder of transformers'
+        return
+    transformers_logging.disable_progress_bar()
+
+
 def from_pretrained(model: str, dtype: torch.dtype) -> tuple[Any, str]:
     """The pipeline at `model` (a directory, or a hub id where a network exists), and where it came from."""
     from diffusers import DiffusionPipeline
@@ -62,8 +76,12 @@ def from_pretrained(model: str, dtype: torch.dtype) -> tuple[Any, str]:
     else:
         source = model  # a hub id: downloads where a network exists
     register_project_pipelines()
+    quiet_loading()
     try:
-        return DiffusionPipeline.from_pretrained(source, torch_dtype=dtype), source
+        with warnings.catch_warnings():
+            # diffusers 0.36+ renamed torch_dtype to dtype, which older releases the project allows do not know.
+            warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
+            return DiffusionPipeline.from_pretrained(source, torch_dtype=dtype), source
     except Exception as exc:  # surfaced to the user as the server's start-up error
         raise ModelLoadError(f"could not load pipeline {source!r}: {exc}") from exc
 

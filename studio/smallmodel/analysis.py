@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from studio.smallmodel.grammar import COLORS
+from studio.grammar import COLORS
 
 ANALYSIS_SHORT_SIDE = 48
 FOREGROUND_THRESHOLD = 0.25

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from studio.smallmodel.grammar import BACKGROUNDS, COLORS, MOTIONS, SHAPES, TRANSLATIONS, Scene
+from studio.grammar import BACKGROUNDS, COLORS, MOTIONS, SHAPES, TRANSLATIONS, Scene
 
 COLOR_NAMES = tuple(COLORS)
 BACKGROUND_NAMES = tuple(BACKGROUNDS)

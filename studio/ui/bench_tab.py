@@ -10,9 +10,8 @@ from typing import Any
 import gradio as gr
 
 from studio import tiers
-from studio.backend.bench.config import BenchConfig
-from studio.backend.controller import StudioController
-from studio.ui import bench_view
+from studio.backend.face import BenchConfig, StudioController
+from studio.ui import bench_view, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
 
@@ -127,8 +126,17 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
         confirm = gr.Button("Yes, restart the servers", variant="stop", elem_id="bench-apply-confirm", scale=0)
         cancel = gr.Button("Cancel", elem_id="bench-apply-cancel", scale=0)
     applied = gr.Markdown("", elem_id="bench-apply-result")
-    # One plot per row, whole: their axes and legends are readable without opening each one.
-    plots = gr.Gallery(label="Plots", columns=1, height="auto", object_fit="contain", elem_id="bench-plots")
+    # Two plots to a row, each whole at about its own size (page.py's CSS lets the gallery grow to hold them all):
+    # axes and legends read without opening one; a click opens it larger, none is opened at first.
+    plots = gr.Gallery(
+        label="Plots",
+        columns=2,
+        fit_columns=False,
+        height="auto",
+        object_fit="contain",
+        preview=False,
+        elem_id="bench-plots",
+    )
     report = gr.HTML("", elem_id="bench-report")  # a link through the studio's file route
 
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report, fleet], api_name="bench")
@@ -137,7 +145,7 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
         async for update in bench_view.run_bench_view(controller, values):
             shown = {
                 status: update.status,
-                summary: update.summary,
+                summary: tables.decimals(update.summary),
                 recommendation: update.recommendation,
                 plots: [url for plot in update.plots if (url := links.url(plot, request))],
                 report: links.download(Path(update.report), request, "Download report.json") if update.report else "",

@@ -19,13 +19,20 @@ from typing import Any
 
 import pandas as pd
 
-from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
-from studio.backend.bench.fleets import plan_bench
-from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
-from studio.backend.bench.variants import VariantError
-from studio.backend.controller import StudioController
-from studio.backend.servers.layouts import LayoutError
-from studio.backend.servers.ray_cluster import RayUnavailable
+from studio.backend.face import (
+    PARETO_PLOT,
+    BenchConfig,
+    BenchConfigError,
+    LayoutError,
+    RayUnavailable,
+    StudioController,
+    VariantError,
+    bench_fleets,
+    bench_pool,
+    cell_grid,
+    parse_bench_config,
+    plan_bench,
+)
 
 PLOT_FILES = ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png", PARETO_PLOT)
 # Report keys shown in the cells table, under the column names the table gives them (those the report has).
@@ -169,7 +176,7 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
     if controller.starting:
         yield BenchUpdate("waiting for the engine to be ready ...")
         await controller.wait_until_ready()
-    if not controller.ready() or controller.pool is None:
+    if not controller.ready() or controller.fleet.pool is None:
         yield _refused(controller.engine_summary())
         return
     out = _out(controller)
@@ -181,7 +188,7 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
 
     started = time.monotonic()
     task = asyncio.create_task(
-        bench_pool(controller.pool, controller.store, controller.settings, config, out, on_progress)
+        bench_pool(controller.fleet.pool, controller.store, controller.settings, config, out, on_progress)
     )
     async for update in _progress(task, cells, progress, []):
         yield update

@@ -31,7 +31,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import FileResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from studio.backend.visitors import Visitor
+from studio.backend.face import Visitor
 
 BROWSER_COOKIE = "omni-studio-browser"
 FILES_ROUTE = "/studio/files/"

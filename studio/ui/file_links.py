@@ -16,6 +16,8 @@ from gradio import route_utils
 
 from studio.ui.file_guard import FILES_ROUTE, StudioFiles
 
+PLAYER_MAX_HEIGHT = "70vh"  # the player and the lines under it fit a window
+
 
 def page_root_url(request: gr.Request | None) -> str:
     """The page's public address, without a trailing slash ("" where no request is at hand: a relative link)."""
@@ -42,14 +44,17 @@ class FileLinks:
         return f"{page_root_url(request)}{FILES_ROUTE}{quote(relative)}"
 
     def player(self, video: Path | None, request: gr.Request | None, aspect: float | None = None) -> str:
-        """The selected video as an HTML player that keeps its shape (wide or tall) within the page."""
+        """The selected video as an HTML player that keeps its shape (wide or tall) within the page: at most as wide
+        as its column and PLAYER_MAX_HEIGHT tall (a 720p 9:16 video is 1280 px), its shape kept (`aspect`, width
+        over height, holds it before the file has loaded)."""
         url = self.url(video, request)
         if url is None:
             return ""
-        shape = f"aspect-ratio: {aspect:.4f};" if aspect else ""
+        shape = f" aspect-ratio: {aspect:.4f};" if aspect else ""
         return (
             f'<video src="{html.escape(url)}" controls autoplay loop muted playsinline preload="auto" '
-            f'style="display:block; margin:0 auto; max-width:100%; max-height:70vh; {shape}"></video>'
+            f'style="display:block; margin:0 auto; width:auto; height:auto; max-width:100%; '
+            f'max-height:{PLAYER_MAX_HEIGHT}; object-fit:contain;{shape}"></video>'
         )
 
     def download(self, path: Path | None, request: gr.Request | None, label: str) -> str:

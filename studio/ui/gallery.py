@@ -12,7 +12,7 @@ from pathlib import Path
 
 import av
 
-from studio.backend.runs.request_state import RequestView
+from studio.backend.face import RequestView, latency_parts
 
 TILES = 60
 REQUEST_ID = re.compile(r"req_[0-9a-f]{12}")
@@ -46,7 +46,7 @@ def gallery_items(
     for view in views[:limit]:
         if view.video_path is None:
             continue
-        latency = view.timings.latency_s or 0
+        latency = latency_parts(view.timings).latency_s or 0  # from Generate, as the table says
         url = url_of(poster_for(view.video_path) or view.video_path)
         if url is not None:
             items.append((url, f"{view.request.prompt[:60]} · seed {view.request.seed} · {latency:.1f} s"))

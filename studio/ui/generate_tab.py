@@ -13,11 +13,16 @@ from typing import Any
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from studio import tiers
-from studio.backend.controller import StudioController
-from studio.backend.engine_kinds import engine_kind
-from studio.backend.runs.spec import MAX_CONCURRENCY, MAX_UPLOAD_BYTES, SeedPolicy, image_inputs
-from studio.backend.runs.stats import summarize
+from studio import grammar, tiers
+from studio.backend.face import (
+    MAX_CONCURRENCY,
+    MAX_UPLOAD_BYTES,
+    SeedPolicy,
+    StudioController,
+    engine_kind,
+    image_inputs,
+    summarize,
+)
 from studio.ui import figures, gallery, handlers, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess
@@ -41,6 +46,9 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
     """The form's inputs, laid out, keyed by the fields of handlers.build_spec."""
     settings = controller.settings
     prompts = gr.Textbox(label="Prompts (one per line)", lines=3, elem_id="prompt", placeholder=EXAMPLES[0])
+    if controller.serves_small_model:  # its prompts follow a grammar: said where the prompts are written
+        with gr.Accordion("What the default model draws", open=False, elem_id="grammar"):
+            gr.Markdown(markdown_text(grammar.summary()), elem_id="grammar-hint")
     gr.Examples(EXAMPLES, inputs=[prompts], label="Examples")
     form: dict[str, gr.Component] = {
         "prompts": prompts,
@@ -52,10 +60,11 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
     defaults = controller.run_defaults(settings.default_tier)  # what a run asks where the form says nothing
     with gr.Row():
         # Limits are checked by the back end, which says what is wrong in the status line.
-        form["frames"] = gr.Number(value=defaults.frames, label="Frames", precision=0, elem_id="frames")
+        # No precision: a value such as 2.5 reaches the check as typed, which says what frames take.
+        form["frames"] = gr.Number(value=defaults.frames, label="Frames", elem_id="frames")
         form["fps"] = gr.Radio([str(f) for f in tiers.FPS_CHOICES], value=str(defaults.fps), label="fps", elem_id="fps")
     with gr.Row():
-        form["steps"] = gr.Number(value=defaults.steps, label="Steps", precision=0, elem_id="steps")
+        form["steps"] = gr.Number(value=defaults.steps, label="Steps", elem_id="steps")
         form["guidance"] = gr.Number(value=defaults.guidance, label="Guidance", elem_id="guidance")
     with gr.Row():
         form["seed"] = gr.Textbox(value="", label="Seed (empty: random)", elem_id="seed")
@@ -66,7 +75,7 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
             elem_id="seed-policy",
         )
     with gr.Row():
-        form["copies"] = gr.Number(value=1, label="Copies per prompt", precision=0, elem_id="copies")
+        form["copies"] = gr.Number(value=1, label="Copies per prompt", elem_id="copies")
         form["concurrency"] = gr.Slider(
             1, MAX_CONCURRENCY, value=4, step=1, label="Concurrency (in flight)", elem_id="concurrency"
         )
@@ -113,22 +122,47 @@ def image_form(form: dict[str, gr.Component], engine: str) -> None:
         gr.Markdown(f"Image-to-video: {takes.why_not}.", elem_id="image-note")
 
 
-def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
-    """The three plots, empty until a request finishes. Built once: updates send them data only (figures.py)."""
+@dataclass(frozen=True)
+class FigurePlots:
+    span: gr.Radio  # what they cover: the latest run or the session
+    latency: gr.LinePlot
+    timeline: gr.BarPlot
+    throughput: gr.LinePlot
+
+
+def figure_plots() -> FigurePlots:
+    """The three plots, empty until a request finishes, and the switch of what they cover. Built once: updates
+    send them data only (figures.py)."""
+    with gr.Row(equal_height=True):
+        span = gr.Radio(
+            list(figures.SPANS),
+            value=figures.LATEST_RUN,
+            label="Plots show",
+            elem_id="figures-span",
+            scale=0,
+            min_width=260,  # its two choices side by side
+        )
+        gr.Markdown(
+            "Latency runs from pressing Generate to the video in the page. Time axes count seconds of work in "
+            "flight: idle gaps between runs are left out.",
+            elem_id="figures-note",
+        )
     with gr.Row():
         latency = gr.LinePlot(
             x=figures.LATENCY,
             y=figures.WITHIN,
             title="Latency distribution",
+            x_lim=[0, None],
             y_lim=[0, 100],
             label="Latency",
             show_label=False,
             elem_id="latency-plot",
         )
         throughput = gr.LinePlot(
-            x=figures.ELAPSED,
+            x=figures.IN_FLIGHT,
             y=figures.THROUGHPUT,
-            title=f"Throughput over time (per {figures.THROUGHPUT_WINDOW_S:.0f} s)",
+            title="Throughput while in flight",
+            x_lim=[0, None],
             y_lim=[0, None],
             label="Throughput",
             show_label=False,
@@ -141,16 +175,22 @@ def figure_plots() -> tuple[gr.LinePlot, gr.BarPlot, gr.LinePlot]:
         color=figures.PHASE,
         color_map=figures.PHASE_COLORS,
         colors_in_legend=figures.LEGEND,
-        tooltip=[figures.REQUEST_ID],
+        tooltip=[figures.REQUEST_ID, figures.PHASE, figures.LASTED],
         title="Request timeline",
         x_title="requests, in the order they were sent",
-        y_title="seconds since the first request",
+        y_title=figures.IN_FLIGHT,
         x_axis_labels_visible=False,  # a number per bar overlaps past a few dozen; the tooltip names each
         label="Timeline",
         show_label=False,
         elem_id="timeline-plot",
     )
-    return latency, timeline, throughput
+    return FigurePlots(span, latency, timeline, throughput)
+
+
+def plot_data(data: Any) -> Any:
+    """A frame for a plot, or None where it has nothing to draw: the plot is then emptied, and drawn afresh from
+    the next data, whose phases decide its colours (an empty frame would leave it built without them)."""
+    return None if data.empty else data
 
 
 def build_generate_tab(
@@ -174,25 +214,30 @@ def build_generate_tab(
             details = gr.Markdown("", elem_id="details")
             download = gr.HTML("", elem_id="download")
             tiles = gr.Gallery(
-                label="Finished, newest first", columns=3, height=360, allow_preview=False, elem_id="gallery"
+                label="Finished, newest first",
+                columns=3,
+                height=360,
+                allow_preview=False,
+                object_fit="contain",  # each tile in its video's shape, not cropped to a square
+                fit_columns=False,
+                elem_id="gallery",
             )
     # Built empty: a component's first value is part of the page every visitor loads.
     counts = gr.Markdown("", elem_id="stats")
     stats = gr.Dataframe(
-        tables.stats_table(summarize([])), interactive=False, elem_id="stats-table", label="Statistics"
+        tables.stats_table(summarize([])), interactive=False, elem_id="stats-table", label=tables.STATS_LABEL
     )
     requests = gr.Dataframe(
         tables.frame([], tables.REQUEST_COLUMNS),
         interactive=False,
-        wrap=True,
-        column_widths=tables.REQUEST_COLUMN_WIDTHS,  # within the page's width: long notes wrap, nothing scrolls
+        wrap=True,  # within the page's width (its CSS fits the columns to their words): long notes wrap
         elem_id="requests",
         label="Requests",
     )
     with gr.Row():
         cancel_id = gr.Textbox(label="Request id (select a row)", elem_id="cancel-id", scale=3)
         cancel_one = gr.Button("Cancel request", elem_id="cancel-one", scale=1)
-    latency_plot, timeline_plot, throughput_plot = figure_plots()
+    plots = figure_plots()
     seen_version = gr.State(-1)
     seen_finished = gr.State(-1)
 
@@ -253,7 +298,7 @@ def build_generate_tab(
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
     # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
     @gr.Timer(REFRESH_S).tick(
-        inputs=[seen_version, seen_finished, show, status],
+        inputs=[seen_version, seen_finished, show, status, plots.span],
         outputs=[
             status,
             engine_status,
@@ -262,9 +307,9 @@ def build_generate_tab(
             standing,
             stats,
             tiles,
-            latency_plot,
-            timeline_plot,
-            throughput_plot,
+            plots.latency,
+            plots.timeline,
+            plots.throughput,
             seen_version,
             seen_finished,
         ],
@@ -276,6 +321,7 @@ def build_generate_tab(
         finished_seen: Any,
         shown: str | None,
         status_shown: str | None,
+        span: str | None,
         request: gr.Request,
         profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
@@ -291,36 +337,34 @@ def build_generate_tab(
             updates[status] = line
         scope = access.scope(visitor, shown)
         # Read before the board: a change made while this runs shows on the next tick. The version a tick saw is
-        # kept with the view it was for, so switching between mine and everyone draws the other view in full.
-        current, finished = (board.version, shown), (len(board.finished_order), shown)
+        # kept with the view it was for, so switching between mine and everyone draws the other view in full; the
+        # figures are drawn again when a request ends, a run starts (the latest run is another) or `span` changes.
+        span = span if span in figures.SPANS else figures.LATEST_RUN
+        current, finished = (board.version, shown), (len(board.finished_order), len(board.runs), shown, span)
         active = board.active(scope)
         if current == version and finished == finished_seen and not active:
             return updates
-        summary = board.summary(scope)
+        table = tables.request_table(board, scope)
         updates.update(
             {
-                requests: tables.request_table(board, scope),
-                counts: tables.counts_line(summary, len(active)),
+                requests: tables.decimals(table),  # one number format per column
+                counts: tables.counts_line(board.summary(scope), len(active)),
                 standing: tables.standing_line(controller.standing(visitor)),
                 seen_version: current,
             }
         )
         if finished != finished_seen:
-            page_figures = figures.page_figures(board, scope)
+            page_figures = figures.page_figures(board, scope, span)
             updates.update(
                 {
-                    stats: tables.stats_table(summary),
+                    stats: tables.board_stats_table(board, scope),
                     tiles: gallery.gallery_items(board.done_newest_first(scope), lambda path: links.url(path, request)),
+                    plots.latency: plot_data(page_figures.latency),
+                    plots.timeline: plot_data(page_figures.timeline),
+                    plots.throughput: plot_data(page_figures.throughput),
                     seen_finished: finished,
                 }
             )
-            for plot, data in (
-                (latency_plot, page_figures.latency),
-                (timeline_plot, page_figures.timeline),
-                (throughput_plot, page_figures.throughput),
-            ):
-                if not data.empty:  # a plot's first data decides its colours: see figures.py
-                    updates[plot] = data
         return updates
 
     return GenerateTab(status=status)

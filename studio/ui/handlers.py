@@ -13,18 +13,33 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from studio import tiers
-from studio.backend.controller import RunTooLarge, StudioController
-from studio.backend.runs.board import RequestBoard
-from studio.backend.runs.request_state import RequestState, RequestView
-from studio.backend.runs.spec import MAX_SEED, RunSpec, check_image_file
-from studio.backend.runs.spec import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
-from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+from studio.backend.face import (
+    LOCAL_OPERATOR,
+    MAX_SEED,
+    RequestBoard,
+    RequestState,
+    RequestView,
+    Run,
+    RunSpec,
+    RunTooLarge,
+    StudioController,
+    Visitor,
+    check_image_file,
+    count_range,
+    describe,
+    field_bounds,
+    frames_note,
+    latency_parts_from_record,
+)
+from studio.backend.face import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
+from studio.config import StudioSettings
 from studio.tiers import TierError
 from studio.ui import tables
 from studio.ui.markdown import markdown_text
@@ -43,20 +58,20 @@ FIELD_LABELS = {
 }
 
 
-def describe_error(exc: Exception) -> str:
-    """A checking error in the form's words: each field by its label, then what is wrong with it."""
+def field_label(field: str) -> str:
+    """A field in the page's words: the form's label, a setting's title, else its name in words."""
+    if field in FIELD_LABELS:
+        return FIELD_LABELS[field]
+    if field in StudioSettings.model_fields:
+        return StudioSettings.model_fields[field].title or field.replace("_", " ")
+    return "" if field == "prompts" else field.replace("_", " ")
+
+
+def describe_error(exc: Exception, tier: str | None = None) -> str:
+    """A checking error in the form's words, in the one voice the CLI speaks too (runs/problems.py): each field by
+    its label, what it takes (a range said whole: frames for `tier`), and what was given."""
     if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors():
-            field = ".".join(str(FIELD_LABELS.get(str(p), p)) for p in err["loc"])
-            message = str(err["msg"]).removeprefix("Value error, ")
-            if err["type"] == "string_too_long":
-                given = err.get("input")
-                message = f"at most {err['ctx']['max_length']} characters" + (
-                    f", got {len(given)}" if isinstance(given, str) else ""
-                )
-            parts.append(f"{field}: {message}" if field and field not in ("prompts",) else message)
-        return "; ".join(parts)
+        return describe(exc, field_label, lambda field: count_range(field, tier) or field_bounds(StudioSettings, field))
     return str(exc)
 
 
@@ -154,31 +169,61 @@ def keep_upload(image: Path, outputs_root: Path) -> Path:
     return kept
 
 
-async def submit(controller: StudioController, form: dict[str, Any], visitor: Visitor = LOCAL_OPERATOR) -> str:
-    """Queue a run of the visitor's; returns the status line. Earlier work keeps running."""
+@dataclass(frozen=True)
+class Submitted:
+    """What a submit came to: the run it queued, or why none (plain text); the page shows `status`, the API the
+    run's record."""
+
+    run: Run | None
+    refusal: str | None = None
+    note: str | None = None  # a value the run changed, said (frames rounded to 4k+1)
+
+    @property
+    def status(self) -> str:
+        """The page's status line (Markdown)."""
+        if self.run is None:
+            return f"**cannot generate**: {markdown_text(self.refusal or '')}"
+        count = len(self.run.views)
+        queued = (
+            f"queued {count} request{'s' * (count != 1)} ({markdown_text(self.run.id)}), "
+            f"{self.run.spec.concurrency} at a time"
+        )
+        return f"{queued}; {markdown_text(self.note)}" if self.note else queued  # kept as the line follows the run
+
+
+async def submit_run(
+    controller: StudioController, form: dict[str, Any], visitor: Visitor = LOCAL_OPERATOR
+) -> Submitted:
+    """Queue a run of the visitor's (started: earlier work keeps running), or say why not."""
     try:
         spec = build_spec(form, controller)
     except (ValidationError, TierError, ValueError, RunTooLarge) as exc:
-        return f"**cannot generate**: {markdown_text(describe_error(exc))}"
+        return Submitted(None, describe_error(exc, str(form.get("tier") or "")))
     if spec.input_reference is not None:
         try:
             spec = spec.model_copy(update={"input_reference": keep_upload(spec.input_reference, controller.store.root)})
         except OSError as exc:
-            return f"**cannot generate**: the image cannot be kept in the outputs folder ({exc.strerror or exc})"
+            return Submitted(None, f"the image cannot be kept in the outputs folder ({exc.strerror or exc})")
     # The engine of now (the Server tab may have changed it since the page was built): an image it cannot take
     # is refused here, before anything is sent.
     refusal = spec.image_refusal(controller.settings.engine)
     if refusal is not None:
-        return f"**cannot generate**: {markdown_text(refusal)}"
+        return Submitted(None, refusal)
     if controller.starting:
         await controller.wait_until_ready()
     try:
         run = controller.new_run(spec, visitor)
     except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError; a limit a RuntimeError
-        return f"**cannot generate**: {markdown_text(describe_error(exc))}"
+        return Submitted(None, describe_error(exc))
     run.start()
-    count = len(run.views)
-    return f"queued {count} request{'s' * (count != 1)} ({markdown_text(run.id)}), {spec.concurrency} at a time"
+    # Said, never done silently: frames rounded to what the model makes; prompts the small model cannot draw.
+    notes = [note for note in (frames_note(spec.frames, spec.tier), *controller.prompt_hints(spec.prompts)) if note]
+    return Submitted(run, note="; ".join(notes) or None)
+
+
+async def submit(controller: StudioController, form: dict[str, Any], visitor: Visitor = LOCAL_OPERATOR) -> str:
+    """Queue a run of the visitor's; returns the status line. Earlier work keeps running."""
+    return (await submit_run(controller, form, visitor)).status
 
 
 # ---- Cancel ----------------------------------------------------------------------------------------
@@ -259,8 +304,11 @@ REQUEST_EXPORT_FIELDS = [
     "error",
     "video_path",
     "latency_s",
+    "studio_wait_s",
     "queue_wait_s",
     "inference_s",
+    "download_s",
+    "server_latency_s",
     "seed",
     "size",
     "num_frames",
@@ -282,9 +330,8 @@ def run_requests_flat(controller: StudioController, run_id: str, scope: Visitor 
                 "endpoint": row["endpoint"],
                 "error": row["error"],
                 "video_path": row["video_path"],
-                "latency_s": timings.get("latency_s"),
-                "queue_wait_s": timings.get("queue_wait_s"),
-                "inference_s": timings.get("inference_s"),
+                # From pressing Generate to the video on disk, in its parts; the server-side figure beside it.
+                **latency_parts_from_record(timings).as_record(),
                 "seed": params.get("seed"),
                 "size": f"{params.get('width')}x{params.get('height')}",
                 "num_frames": params.get("num_frames"),

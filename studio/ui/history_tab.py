@@ -8,8 +8,7 @@ from typing import Any
 import gradio as gr
 from pydantic import ValidationError
 
-from studio.backend.controller import StudioController
-from studio.backend.visitors import Visitor
+from studio.backend.face import StudioController, Visitor
 from studio.ui import gallery, handlers, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import MINE, PageAccess
@@ -43,7 +42,16 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
     run_requests = gr.Dataframe(
         tables.run_request_table([]), interactive=False, elem_id="history-requests", label="Requests of the run"
     )
-    run_videos = gr.Gallery(label="Videos of the run", columns=4, height=300, elem_id="history-gallery")
+    # Posters (gallery.poster_for), whole: four to a row however few the run made, none opened at first.
+    run_videos = gr.Gallery(
+        label="Videos of the run",
+        columns=4,
+        fit_columns=False,
+        height="auto",  # as tall as the posters, up to page.py's bound
+        object_fit="contain",
+        preview=False,
+        elem_id="history-gallery",
+    )
 
     def scope_of(request: gr.Request, profile: gr.OAuthProfile | None, shown: str | None) -> Visitor | None:
         return access.scope(access.require(request, profile), shown)
@@ -85,7 +93,7 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
             if r["state"] == "done" and r["video_path"]
             if (url := links.url(gallery.poster_for(Path(r["video_path"])) or r["video_path"], request))
         ]
-        return {run_id: selected, run_requests: tables.run_request_table(requests), run_videos: videos}
+        return {run_id: selected, run_requests: tables.decimals(tables.run_request_table(requests)), run_videos: videos}
 
     @rerun.click(inputs_kwargs={"run_id": run_id}, outputs=status, api_name="rerun")
     async def on_rerun(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> str:

@@ -11,8 +11,7 @@ import html
 
 import gradio as gr
 
-from studio.backend.access import AccessPolicy
-from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+from studio.backend.face import LOCAL_OPERATOR, AccessPolicy, Visitor
 from studio.ui.file_guard import BROWSER_COOKIE, VisitorBook
 
 EVERYONE, MINE = "everyone", "mine"

@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.middleware import Middleware
 
-from studio.backend.access import AccessError, AccessPolicy, on_space
-from studio.backend.controller import StudioController
-from studio.backend.runs.spec import MAX_UPLOAD_BYTES
-from studio.backend.servers.supervisor import port_is_free
+from studio.backend.face import MAX_UPLOAD_BYTES, AccessError, AccessPolicy, StudioController, on_space, port_is_free
 from studio.config import StudioSettings
 from studio.ui.file_guard import StudioFileGuard
 from studio.ui.sign_in_limit import SignInLimit

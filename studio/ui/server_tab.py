@@ -13,14 +13,21 @@ import gradio as gr
 import pandas as pd
 from pydantic import ValidationError
 
-from studio.backend.bench.variants import VariantError, server_flags
-from studio.backend.controller import StudioController
-from studio.backend.engine_kinds import MANAGED_ENGINES
-from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing
-from studio.backend.servers.metrics import scrape
-from studio.backend.servers.supervisor import ManagedServer, ServerState
-from studio.backend.servers.warmup import warmup_note, warmup_state
-from studio.config import EngineMode, StudioSettings
+from studio.backend.face import (
+    LEVER_FLAGS,
+    MANAGED_ENGINES,
+    ManagedServer,
+    ServerState,
+    StudioController,
+    VariantError,
+    engine_kind,
+    levers_missing,
+    scrape,
+    server_flags,
+    warmup_note,
+    warmup_state,
+)
+from studio.config import EngineMode, ServerLevers, SharingSettings, StudioSettings
 from studio.doctor import collect_report
 from studio.ui import handlers
 from studio.ui.identity import PageAccess
@@ -43,20 +50,6 @@ ENDPOINT_COLUMNS = [
 ]
 
 
-# The levers' labels, in the order the group shows them.
-LEVER_LABELS = {
-    "tensor_parallel_size": "Tensor parallel",
-    "cfg_parallel_size": "CFG parallel",
-    "ulysses_degree": "Ulysses degree",
-    "ring_degree": "Ring degree",
-    "cache_backend": "Cache backend",
-    "quantization": "Quantization",
-    "diffusion_attention_backend": "Attention backend",
-    "enforce_eager": "Enforce eager",
-    "vae_tiling": "VAE tiling",
-    "guardrails": "Server-wide guardrails",
-    "init_timeout_s": "Init timeout (s)",
-}
 # The levers that name a choice: the first choice of each leaves the server's own default in place.
 LEVER_CHOICES = {"cache_backend": "off", "quantization": "off", "diffusion_attention_backend": "auto"}
 # Levers with no value of their own by default (the server's applies): a blank control unsets them.
@@ -65,6 +58,15 @@ UNSET_WHEN_BLANK = frozenset(name for name in LEVER_FLAGS if StudioSettings.mode
 
 def described(name: str) -> str | None:
     return StudioSettings.model_fields[name].description
+
+
+def titled(name: str) -> str:
+    """A setting's label: its field's title (studio.config), the same words everywhere the setting shows."""
+    return StudioSettings.model_fields[name].title or name.replace("_", " ")
+
+
+def _is_bool(name: str) -> bool:
+    return StudioSettings.model_fields[name].annotation is bool
 
 
 def _elem_id(name: str) -> str:
@@ -80,35 +82,37 @@ def _choice(settings: StudioSettings, name: str) -> gr.Dropdown:
         choices if current in choices else [*choices, current],
         value=current,
         allow_custom_value=True,
-        label=LEVER_LABELS[name],
+        label=titled(name),
         info=described(name),
         elem_id=_elem_id(name),
     )
 
 
 def levers_form(settings: StudioSettings) -> dict[str, gr.Component]:
-    """The vLLM-Omni levers, keyed by StudioSettings' field names (the keys of LEVER_FLAGS)."""
+    """The server levers (studio.config.ServerLevers, in its order), keyed by StudioSettings' field names: the
+    degrees as numbers, the choices as menus, the switches as checkboxes; then how the server starts."""
     form: dict[str, gr.Component] = {}
+    levers = list(ServerLevers.model_fields)
     with gr.Row():
-        for name in ("tensor_parallel_size", "cfg_parallel_size", "ulysses_degree", "ring_degree"):
+        for name in (name for name in levers if name not in LEVER_CHOICES and not _is_bool(name)):
             form[name] = gr.Number(
                 value=getattr(settings, name),
                 precision=0,
-                label=LEVER_LABELS[name],
+                label=titled(name),
                 info=described(name),
                 elem_id=_elem_id(name),
             )
     with gr.Row():
-        for name in LEVER_CHOICES:
+        for name in (name for name in levers if name in LEVER_CHOICES):
             form[name] = _choice(settings, name)
     with gr.Row():
-        for name in ("enforce_eager", "vae_tiling", "guardrails"):
+        for name in (*(name for name in levers if _is_bool(name)), "guardrails"):
             form[name] = gr.Checkbox(
-                value=getattr(settings, name), label=LEVER_LABELS[name], info=described(name), elem_id=_elem_id(name)
+                value=getattr(settings, name), label=titled(name), info=described(name), elem_id=_elem_id(name)
             )
         form["init_timeout_s"] = gr.Number(
             value=settings.init_timeout_s,
-            label=LEVER_LABELS["init_timeout_s"],
+            label=titled("init_timeout_s"),
             info=described("init_timeout_s"),
             elem_id="server-init-timeout",
         )
@@ -125,8 +129,30 @@ def lever_visibility(flags: frozenset[str] | None, why: str = "") -> tuple[dict[
     shown = {name: name not in missing for name in LEVER_FLAGS}
     if not missing:
         return shown, "Every lever's flag is in the installed vLLM-Omni."
-    hidden = ", ".join(f"{LEVER_LABELS[name]} ({LEVER_FLAGS[name]})" for name in missing)
+    hidden = ", ".join(f"{titled(name)} ({LEVER_FLAGS[name]})" for name in missing)
     return shown, f"Hidden, the installed vLLM-Omni has no flag for them: {hidden}."
+
+
+# What every managed server takes, whatever its engine: how long it may take to start, and its guardrails.
+START_SETTINGS = ("guardrails", "init_timeout_s")
+
+
+def levers_for_engine(settings: StudioSettings) -> tuple[dict[str, bool], str] | None:
+    """Which lever controls show for an engine whose servers do not read vLLM-Omni's serve flags, and why: its
+    own degrees (and the start settings, where the studio starts it); None for vLLM-Omni, whose installed
+    server's help decides (read_lever_flags)."""
+    kind = engine_kind(settings)
+    if kind.reads_serve_levers:
+        return None
+    used = {*kind.levers(), *(START_SETTINGS if kind.managed else ())}
+    shown = {name: name in used for name in LEVER_FLAGS}
+    if not kind.managed:
+        return shown, f"No lever applies: {kind.label} run as they were started, outside the studio."
+    own = ", ".join(titled(name) for name in kind.levers())
+    return shown, (
+        f"The {kind.label} reads {own}; the other levers are vLLM-Omni's serve flags, hidden here: they apply with "
+        "the vllm-omni engine."
+    )
 
 
 def read_lever_flags(settings: StudioSettings) -> tuple[frozenset[str] | None, str]:
@@ -146,33 +172,36 @@ def settings_form(settings: StudioSettings, levers_note: gr.Markdown | None = No
         form["engine"] = gr.Radio(
             list(get_args(EngineMode)),
             value=settings.engine,
-            label="Engine",
+            label=titled("engine"),
             info=described("engine"),
             elem_id="server-engine",
         )
-        form["model"] = gr.Textbox(value=settings.model, label="Model", info=described("model"), elem_id="server-model")
+        form["model"] = gr.Textbox(
+            value=settings.model, label=titled("model"), info=described("model"), elem_id="server-model"
+        )
     with gr.Row():
         form["remote_urls"] = gr.Textbox(
             value=", ".join(settings.remote_urls),
-            label="Remote URLs (comma separated)",
+            label=f"{titled('remote_urls')} (comma separated)",
             info=described("remote_urls"),
             elem_id="server-urls",
         )
         form["api_key"] = gr.Textbox(
             value="", type="password", label="API key (kept, never shown)", elem_id="server-key"
         )
-    with gr.Accordion("vLLM-Omni levers", open=True, elem_id="server-levers"):
+    # Open where every lever applies (vLLM-Omni); folded where the engine reads only a few of them.
+    with gr.Accordion("Server levers", open=engine_kind(settings).reads_serve_levers, elem_id="server-levers"):
         if levers_note is not None:
             levers_note.render()
         form.update(levers_form(settings))
     with gr.Row():
-        form["gpus"] = gr.Textbox(value=settings.gpus or "", label="GPUs (e.g. 0,1,2,3)", info=described("gpus"))
+        form["gpus"] = gr.Textbox(value=settings.gpus or "", label=titled("gpus"), info=described("gpus"))
         form["extra_serve_args"] = gr.Textbox(
-            value=settings.extra_serve_args, label="Extra serve args", info=described("extra_serve_args")
+            value=settings.extra_serve_args, label=titled("extra_serve_args"), info=described("extra_serve_args")
         )
         form["allow_risky_serve_args"] = gr.Checkbox(
             value=settings.allow_risky_serve_args,
-            label="Allow exposure-widening serve args (--host, --allowed-local-media-path)",
+            label=titled("allow_risky_serve_args"),
             info=described("allow_risky_serve_args"),
             elem_id="server-allow-risky",
         )
@@ -189,30 +218,29 @@ ZERO_IS_NONE = {
 
 
 def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
-    """How visitors share the servers: applied at once, without a restart."""
+    """How visitors share the servers (studio.config.SharingSettings, in its order): applied at once, without a
+    restart."""
     form: dict[str, gr.Component] = {}
+    names = list(SharingSettings.model_fields)
     with gr.Row():
-        for name, label in (
-            ("in_flight_slots", "In-flight slots"),
-            ("visitor_max_in_flight", "Per visitor: in flight"),
-            ("visitor_max_queued", "Per visitor: queued"),
-            ("visitor_max_videos_per_hour", "Per visitor: videos per hour"),
-            ("max_run_requests", "Largest run (requests)"),
-        ):
+        for name in (name for name in names if not _is_bool(name)):
             zero = ZERO_IS_NONE.get(name)
             form[name] = gr.Number(
                 value=getattr(settings, name) or 0,
                 precision=0,
-                label=f"{label} ({zero})" if zero else label,
+                label=f"{titled(name)} ({zero})" if zero else titled(name),
                 info=described(name),
                 elem_id="sharing-" + name.replace("_", "-"),
             )
-    form["cancel_unsent_on_close"] = gr.Checkbox(
-        value=settings.cancel_unsent_on_close,
-        label="Cancel a visitor's unsent requests when their page closes",
-        info=described("cancel_unsent_on_close"),
-        elem_id="sharing-cancel-on-close",
-    )
+    for name in (name for name in names if _is_bool(name)):
+        form[name] = gr.Checkbox(
+            value=getattr(settings, name),
+            label=titled(name),
+            info=described(name),
+            elem_id="sharing-cancel-on-close"
+            if name == "cancel_unsent_on_close"
+            else "sharing-" + name.replace("_", "-"),
+        )
     return form
 
 
@@ -255,7 +283,7 @@ def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[st
 
 
 def server_state_markdown(controller: StudioController) -> str:
-    status = controller.server_status()
+    status = controller.fleet.server_status()
     if status is None:
         text = markdown_text(controller.engine_summary())
     else:
@@ -266,8 +294,8 @@ def server_state_markdown(controller: StudioController) -> str:
         )
         if status.state is ServerState.CRASHED and not controller.settings.auto_restart:
             text += "\n\n**The server crashed.** Press Restart to start it again, or turn on auto-restart."
-    if controller.auto_restart_note:
-        text += f"\n\n{markdown_text(controller.auto_restart_note)}"
+    if controller.fleet.auto_restart_note:
+        text += f"\n\n{markdown_text(controller.fleet.auto_restart_note)}"
     if controller.start_error:
         text += f"\n\n**start failed**: {markdown_text(controller.start_error)}"
     return text
@@ -281,14 +309,14 @@ def scaling_markdown(controller: StudioController) -> str:
             f"**Scaling**: off, a fleet of {settings.replicas} (--replicas-min and --replicas-max make it follow "
             "its load)"
         )
-    servers = controller.servers
+    servers = controller.fleet.servers
     serving = sum(server.state is ServerState.READY for server in servers)
     text = (
         f"**Scaling**: {settings.replicas_min} to {settings.replicas_max} replicas, now {len(servers)} "
         f"({serving} serving) · one more when the queue per replica stays above {settings.scale_out_queue:g} for "
         f"{settings.scale_out_after_s:g} s · one out when idle for {settings.scale_in_idle_s:g} s"
     )
-    loop = controller.scaling
+    loop = controller.fleet.scaling
     if loop is None or not loop.running:
         return text + "\n\nNot watching the load: the fleet is not running."
     if loop.last is not None:
@@ -332,8 +360,10 @@ def replica_node(server: ManagedServer) -> str:
 async def endpoint_table(controller: StudioController) -> pd.DataFrame:
     """Each server the studio sends work to: for a replica of its fleet, its node, GPUs, state and last log line;
     for each, what the studio has outstanding there (its queue) and what its /metrics says."""
-    pool = controller.pool
-    replicas = {server.base_url: (index, server) for index, server in enumerate(controller.servers) if server.port}
+    pool = controller.fleet.pool
+    replicas = {
+        server.base_url: (index, server) for index, server in enumerate(controller.fleet.servers) if server.port
+    }
     urls = [ep.url for ep in pool.endpoints] if pool is not None else list(replicas)
     endpoints = {ep.url: ep for ep in pool.endpoints} if pool is not None else {}
     results, warmups = await asyncio.gather(
@@ -374,26 +404,26 @@ async def endpoint_table(controller: StudioController) -> pd.DataFrame:
 async def restart_replica(controller: StudioController, index: Any) -> str:
     try:
         number = int(index)
-        controller.replica(number)
+        controller.fleet.replica(number)
     except (TypeError, ValueError) as exc:
         return (
             f"**cannot restart**: {markdown_text(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
         )
     try:
-        await asyncio.to_thread(controller.restart_replica, number)
+        await asyncio.to_thread(controller.fleet.restart_replica, number)
     except Exception as exc:  # the replica's own log, below, has the server's words
         return f"**replica {number} did not come back**: {markdown_text(str(exc))}"
-    return f"replica {number} restarted at {markdown_text(controller.servers[number].base_url)}"
+    return f"replica {number} restarted at {markdown_text(controller.fleet.servers[number].base_url)}"
 
 
 async def stop_replica(controller: StudioController, index: Any) -> str:
     try:
         number = int(index)
-        controller.replica(number)
+        controller.fleet.replica(number)
     except (TypeError, ValueError) as exc:
         return f"**cannot stop**: {markdown_text(str(exc) if isinstance(exc, ValueError) else 'give a replica number')}"
-    await asyncio.to_thread(controller.stop_replica, number)
-    others = sum(server.state is ServerState.READY for server in controller.servers)
+    await asyncio.to_thread(controller.fleet.stop_replica, number)
+    others = sum(server.state is ServerState.READY for server in controller.fleet.servers)
     return f"replica {number} stopped ({others} still serving): Restart replica brings it back"
 
 
@@ -415,7 +445,7 @@ async def start_server(controller: StudioController) -> str:
 
 
 async def stop_server(controller: StudioController) -> str:
-    server = controller.server
+    server = controller.fleet.server
     if server is None:
         return "no managed server to stop" + ("" if controller.managed else " (remote servers run on their own)")
     await asyncio.to_thread(controller.stop)
@@ -490,16 +520,20 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         if not is_operator(request, profile):  # the tab is the operator's; a visitor's page is left as it is
             yield [gr.skip()] * (1 + len(levers))
             return
-        yield ["Checking which levers the installed vLLM-Omni has ...", *[gr.skip()] * len(levers)]
-        flags, why = await asyncio.to_thread(read_lever_flags, controller.settings)
-        shown, note = lever_visibility(flags, why)
+        for_engine = levers_for_engine(controller.settings)
+        if for_engine is not None:  # not vLLM-Omni: its levers are the engine's own, and no server's help is read
+            shown, note = for_engine
+        else:
+            yield ["Checking which levers the installed vLLM-Omni has ...", *[gr.skip()] * len(levers)]
+            flags, why = await asyncio.to_thread(read_lever_flags, controller.settings)
+            shown, note = lever_visibility(flags, why)
         yield [markdown_text(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
 
     @timer.tick(inputs=replica, outputs=[state, scaling, log_tail], show_progress="hidden", api_visibility="private")
     def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
         if not is_operator(request, profile):  # the log, state and scaling are the operator's
             return gr.skip(), gr.skip(), gr.skip()
-        servers = controller.servers
+        servers = controller.fleet.servers
         index = int(shown) if isinstance(shown, (int, float)) and 0 <= int(shown) < len(servers) else 0
         lines = servers[index].log_tail(LOG_LINES) if servers else []
         return server_state_markdown(controller), scaling_markdown(controller), "\n".join(lines)

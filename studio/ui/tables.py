@@ -10,13 +10,19 @@ from collections import Counter
 from typing import Any
 
 import pandas as pd
+from pandas.io.formats.style import Styler
 
-from studio.backend.controller import StudioController
-from studio.backend.runs.board import RequestBoard
-from studio.backend.runs.fair_share import Standing
-from studio.backend.runs.request_state import RequestState, RequestView
-from studio.backend.runs.stats import LatencySummary
-from studio.backend.visitors import Visitor
+from studio.backend.face import (
+    LatencyParts,
+    LatencySummary,
+    RequestBoard,
+    RequestState,
+    RequestView,
+    Standing,
+    StudioController,
+    Visitor,
+    latency_parts,
+)
 from studio.ui.markdown import markdown_text
 
 REQUEST_ROWS = 300
@@ -24,36 +30,64 @@ STATE_LABELS = {
     RequestState.WAITING: "waiting in the studio",
     RequestState.QUEUED: "queued at the server",
 }
-# Queue wait and inference are bounds, not readings (studio.backend.clients.vllm_omni.RequestTimings): the headers say which.
+# A latency's parts, as stats.LatencyParts counts them: they add up to it. Queue wait and inference are bounds, not
+# readings (studio.backend.clients.vllm_omni.RequestTimings): the headers say which.
+STUDIO_WAIT_COLUMN = "studio wait s"
 QUEUE_WAIT_COLUMN = "queue s (at least)"
 INFERENCE_COLUMN = "inference s (at most)"
+DOWNLOAD_COLUMN = "download s"
+OWNER_COLUMN = "owner"  # only where an operator sees everyone's requests
+ELAPSED_COLUMN = "elapsed s"  # from pressing Generate; for a request done, its latency
 REQUEST_COLUMNS = [
     "id",
     "prompt",
     "tier",
     "state",
     "progress",
-    "elapsed s",
+    ELAPSED_COLUMN,
+    STUDIO_WAIT_COLUMN,
     QUEUE_WAIT_COLUMN,
     INFERENCE_COLUMN,
+    DOWNLOAD_COLUMN,
     "ETA s",
     "note",
 ]
-REQUEST_COLUMN_WIDTHS = ["7%", "20%", "6%", "9%", "7%", "7%", "8%", "8%", "6%", "22%"]
+# Everyone's (an operator's view): whose each request is, after its id.
+EVERYONE_REQUEST_COLUMNS = [REQUEST_COLUMNS[0], OWNER_COLUMN, *REQUEST_COLUMNS[1:]]
 NO_ESTIMATE = "no estimate yet: the first request of this shape (the server reports no progress)"
 ESTIMATED = "progress estimated from earlier requests of this shape"
+THROUGHPUT_COLUMN = "videos/min while in flight"
 STATS_COLUMNS = [
-    "requests",
+    "figures of",
+    "videos",
+    "in flight s",
     "p50 s",
     "p90 s",
     "p99 s",
     "max s",
-    "mean queue wait s (at least)",
+    "mean studio wait s",
+    "mean queue s (at least)",
     "mean inference s (at most)",
-    "videos/min",
+    "mean download s",
+    THROUGHPUT_COLUMN,
 ]
-HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "requests", "done", "failed"]
-RUN_REQUEST_COLUMNS = ["id", "prompt", "state", "latency s", QUEUE_WAIT_COLUMN, INFERENCE_COLUMN, "seed", "error"]
+STATS_LABEL = "Statistics (latency: from pressing Generate to the video in the page)"
+LATEST_RUN_ROW, SESSION_ROW = "latest run", "session"
+HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "requests", "done", "failed", "cancelled"]
+FROM_SENDING_COLUMN = "from sending s (server-side)"
+RUN_REQUEST_COLUMNS = [
+    "id",
+    "prompt",
+    "state",
+    "latency s",
+    STUDIO_WAIT_COLUMN,
+    QUEUE_WAIT_COLUMN,
+    INFERENCE_COLUMN,
+    DOWNLOAD_COLUMN,
+    FROM_SENDING_COLUMN,
+    "seed",
+    "error",
+]
 
 
 def short(request_id: str) -> str:
@@ -64,17 +98,22 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def decimals(table: pd.DataFrame, digits: int = 2) -> Styler:
+    """The table as shown: every fractional number with the same decimals ("0.70" beside "0.31", not "0.7"), whole
+    numbers (seeds, counts) as they are, no value blank; the values themselves are kept (sorting, selection)."""
+    return table.style.format(precision=digits, na_rep="")
+
+
 def frame(rows: list[list[Any]], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
 # ---- Generate tab ----------------------------------------------------------------------------------
 def request_table(board: RequestBoard, scope: Visitor | None = None, now: float | None = None) -> pd.DataFrame:
-    """The requests `scope` sees (None: everyone's), newest first."""
+    """The requests `scope` sees, newest first. None: everyone's, with whose each one is."""
     now = now or time.time()
     rows = []
     for view in board.views(scope)[:REQUEST_ROWS]:
-        t = view.timings
         progress = board.progress(view, now)
         note, percent = view.error or "", f"{progress.percent:.0f}%"
         if view.guardrail_blocked:
@@ -82,21 +121,28 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
         elif progress.estimated and not view.state.finished:
             note, percent = (NO_ESTIMATE, "–") if progress.eta_s is None else (ESTIMATED, percent)
         note = _answers_when_done_note(view, note)
+        parts = latency_parts(view.timings)
+        owner = [board.owner_name(view)] if scope is None else []
         rows.append(
             [
                 short(view.id),
+                *owner,
                 view.request.prompt[:80],
                 view.tier or view.request.size,
                 STATE_LABELS.get(view.state, str(view.state)),
                 percent,
                 round(view.elapsed_s, 1),
-                rounded(t.queue_wait_s),
-                rounded(t.inference_s),
+                *_rounded_parts(parts),
                 rounded(progress.eta_s, 1),
                 note[:200],
             ]
         )
-    return frame(rows, REQUEST_COLUMNS)
+    return frame(rows, REQUEST_COLUMNS if scope is not None else EVERYONE_REQUEST_COLUMNS)
+
+
+def _rounded_parts(parts: LatencyParts) -> list[float | None]:
+    """Waiting in the studio, queued at the server, inference, download: the order every table gives them in."""
+    return [rounded(value) for value in (parts.studio_wait_s, parts.queue_s, parts.inference_s, parts.download_s)]
 
 
 def _answers_when_done_note(view: RequestView, note: str) -> str:
@@ -147,29 +193,45 @@ def standing_line(standing: Standing) -> str:
     return str(standing) if standing.queued or standing.in_flight else ""
 
 
-def stats_table(summary: LatencySummary) -> pd.DataFrame:
-    """Latency percentiles, mean queue wait and inference, and throughput: all requests, then each tier."""
+def stats_table(session: LatencySummary, latest_run: LatencySummary | None = None) -> pd.DataFrame:
+    """Latency percentiles, the means of its parts, and throughput over the time work was in flight (that window
+    beside it). Rows: the latest run's where the session has more than one, the session's, then each tier's."""
 
     def row(name: str, s: LatencySummary) -> list[Any]:
         figures = (s.latency_p50_s, s.latency_p90_s, s.latency_p99_s, s.latency_max_s)
-        means = (s.queue_wait_mean_s, s.inference_mean_s, s.throughput_per_min)
-        return [name, *(rounded(value) for value in (*figures, *means))]
+        means = (s.studio_wait_mean_s, s.queue_wait_mean_s, s.inference_mean_s, s.download_mean_s)
+        window = (s.in_flight_s, *figures, *means, s.throughput_per_min)
+        return [name, s.completed, *(rounded(value) for value in window)]
 
-    rows = [row("all", summary), *(row(tier, s) for tier, s in summary.per_tier.items())]
+    if latest_run is None:
+        rows = [row(LATEST_RUN_ROW, session)]
+    else:
+        rows = [row(LATEST_RUN_ROW, latest_run), row(SESSION_ROW, session)]
+    rows += [row(f"{SESSION_ROW}, {tier}", s) for tier, s in session.per_tier.items()]
     return frame(rows, STATS_COLUMNS)
+
+
+def board_stats_table(board: RequestBoard, scope: Visitor | None = None) -> pd.DataFrame:
+    """The statistics of the requests `scope` sees (None: everyone's): their latest run's, and the session's where
+    they made more than one."""
+    runs = sum(1 for run in board.runs if scope is None or run.visitor.id == scope.id)
+    latest = board.summary(scope, latest_run=True) if runs > 1 else None
+    return stats_table(board.summary(scope), latest)
 
 
 def details_markdown(view: RequestView) -> str:
     params = json.dumps(view.request.parameters(), indent=1)
-    t = view.timings
+    parts = latency_parts(view.timings)
 
     def seconds(value: float | None) -> str:
         return "–" if value is None else f"{value:.2f} s"
 
     return (
         f"**{markdown_text(view.request.prompt[:300])}**\n\n"
-        f"latency {seconds(t.latency_s)} · queue at least {seconds(t.queue_wait_s)} · "
-        f"inference at most {seconds(t.inference_s)} · "
+        f"latency {seconds(parts.latency_s)} from pressing Generate: "
+        f"waiting in the studio {seconds(parts.studio_wait_s)} · queue at least {seconds(parts.queue_s)} · "
+        f"inference at most {seconds(parts.inference_s)} · download {seconds(parts.download_s)} "
+        f"(at the server's side, from sending: {seconds(parts.server_latency_s)}) · "
         f"seed {view.request.seed} · job `{markdown_text(view.job_id or '')}`\n\n```json\n{params}\n```"
     )
 
@@ -190,22 +252,32 @@ def history_table(controller: StudioController, scope: Visitor | None = None) ->
                 run["requests"],
                 run["done"] or 0,
                 run["failed"] or 0,
+                run.get("cancelled") or 0,
             ]
         )
     return frame(rows, HISTORY_COLUMNS)
 
 
 def run_request_table(requests: list[dict[str, Any]]) -> pd.DataFrame:
-    """The requests of one run (handlers.run_requests_flat's rows)."""
-    rows = [
-        [
-            r["id"],
-            r["prompt"][:60],
-            r["state"],
-            *(rounded(r[key]) for key in ("latency_s", "queue_wait_s", "inference_s")),
-            r["seed"],
-            r["error"],
-        ]
-        for r in requests
+    """The requests of one run (handlers.run_requests_flat's rows), their latency from pressing Generate and its
+    parts (stats.LatencyParts.as_record's keys), and the server-side figure beside it."""
+    return frame([_run_request_row(r) for r in requests], RUN_REQUEST_COLUMNS)
+
+
+def _run_request_row(r: dict[str, Any]) -> list[Any]:
+    if "server_latency_s" in r:
+        parts = [r.get(key) for key in ("latency_s", "studio_wait_s", "queue_wait_s", "inference_s", "download_s")]
+        from_sending = r["server_latency_s"]
+    else:
+        # A row without the parts (its `latency_s` counts from sending, RequestTimings.latency_s): shown only under
+        # the server-side name, never as the latency a person waited.
+        parts = [None, None, r.get("queue_wait_s"), r.get("inference_s"), None]
+        from_sending = r.get("latency_s")
+    return [
+        r["id"],
+        r["prompt"][:60],
+        r["state"],
+        *(rounded(value) for value in (*parts, from_sending)),
+        r["seed"],
+        r["error"],
     ]
-    return frame(rows, RUN_REQUEST_COLUMNS)

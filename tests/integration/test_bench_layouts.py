@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from studio.backend.controller import StudioController
-from studio.backend.servers.local_fleet import cpu_cores
+from studio.backend.servers.machine import cpu_cores
 from studio.ui import bench_view
 from tests.conftest import engine_settings
 from tests.page_bench import layouts_form, run_page_bench
@@ -157,7 +157,7 @@ def test_the_page_benches_layouts_and_applies_one(tmp_path):
     form = layouts_form("1x1,2x1")
     try:
         controller.start()
-        studio_pid = controller.server.pid
+        studio_pid = controller.fleet.server.pid
         updates = run_page_bench(controller, form)
         last = updates[-1]
         assert last.status.startswith("done in"), last.status
@@ -169,15 +169,15 @@ def test_the_page_benches_layouts_and_applies_one(tmp_path):
         assert set(last.fleets) == {"1x1 base", "2x1 base"} and last.recommended in last.fleets
         # The studio serves again as it was (one server), until a fleet is applied.
         assert serving(controller), controller.engine_summary()
-        assert len(controller.pool.endpoints) == 1 and controller.settings.replicas == 1
-        assert controller.server.pid != studio_pid  # stopped for the bench, started again after
+        assert len(controller.fleet.pool.endpoints) == 1 and controller.settings.replicas == 1
+        assert controller.fleet.server.pid != studio_pid  # stopped for the bench, started again after
 
         assert bench_view.benched_fleet(controller, "3x1 base") is None
         fleet = bench_view.benched_fleet(controller, "2x1 base")
         assert "2 replica(s), width 1" in bench_view.apply_question(fleet)
         assert bench_view.apply_fleet(controller, fleet).startswith("applied 2x1 base")
         assert serving(controller), controller.engine_summary()
-        assert controller.settings.replicas == 2 and len(controller.pool.endpoints) == 2
+        assert controller.settings.replicas == 2 and len(controller.fleet.pool.endpoints) == 2
     finally:
         controller.close()
 

@@ -121,7 +121,7 @@ def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tm
     form = layouts_form("2x1")
     try:
         controller.start()
-        studio_url = controller.server.base_url
+        studio_url = controller.fleet.server.base_url
         last = run_page_bench(controller, form)[-1]
         assert last.status.startswith("done in"), last.status
         assert list(last.summary["layout"]) == ["2x1"] and list(last.summary["completed"]) == [2]
@@ -134,8 +134,8 @@ def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tm
             detail=controller.engine_summary,
         )
         assert controller.ready(), controller.engine_summary()
-        assert controller.layout == "1 x embedded on Ray (local)" and ray_cluster.current() is not None
-        assert controller.server.base_url != studio_url
+        assert controller.fleet.layout == "1 x embedded on Ray (local)" and ray_cluster.current() is not None
+        assert controller.fleet.server.base_url != studio_url
     finally:
         controller.close()
         ray_cluster.shutdown()

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from studio.backend.servers.launchers import LaunchSpec
-from studio.backend.servers.supervisor import ManagedServer
+from studio.backend.servers.supervisor import ManagedServer, free_port
+from studio.cli.exits import EXIT_FAILED
 from studio.media import probe_mp4
 from tests.conftest import MODEL_DIR
 
@@ -64,8 +65,8 @@ def test_generate_prints_the_mp4_path_last(tmp_path):
     [
         (["--frames", "0"], "frames must be between 5 and 400"),
         (["--fps", "25"], "fps must be one of 10, 16, 24, 30"),
-        (["--steps", "500"], "less than or equal to 200"),
-        (["--seed", "-1"], "--seed: Input should be greater than or equal to 0"),
+        (["--steps", "500"], "--steps must be from 1 to 200, got 500"),
+        (["--seed", "-1"], "--seed must be from 0 to 9223372036854775807, got -1"),
         (["--image-url", "ftp://img.example/cat.png"], "--image-url: must be an http:// or https:// address"),
         (["--image-url", "https://img.example/cat.png"], "the embedded engine's models are text-to-video"),
         (["--image", "cat.png"], "the embedded engine's models are text-to-video"),
@@ -140,7 +141,8 @@ def test_generate_starts_the_engine_before_importing_the_rest_of_the_studio(tmp_
     heavy = ["numpy", "av", "openai", "rich", "torch", "studio.backend.runs.run", "studio.backend.controller"]
     code = f"""
 import json, sys
-from studio.backend.servers.supervisor import ManagedServer
+from studio.backend.servers.supervisor import ManagedServer, free_port
+from studio.cli.exits import EXIT_FAILED
 from studio.cli import main
 
 def start(self, wait=True):
@@ -253,3 +255,16 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 141
     assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode(errors="replace")
+
+
+def test_generate_says_it_waits_for_a_remote_server_that_does_not_answer(tmp_path):
+    """A dead remote server: generate says at once that it waits, how long, and which flag changes that."""
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = studio(
+        "generate", "a red circle", "--engine", "remote", "--url", url, "--server-wait", "1", "--out", str(tmp_path)
+    )
+    assert result.returncode == EXIT_FAILED, result.stderr
+    assert f"no server answers at {url}: waiting up to 1 s" in result.stderr
+    assert "--server-wait SECONDS changes this" in result.stderr
+    assert "none came back within 1 s" in result.stderr
+    assert "--server-wait" in studio("generate", "--help").stdout

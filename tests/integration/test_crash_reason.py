@@ -134,14 +134,14 @@ def test_an_in_flight_request_fails_with_the_crash_reason_and_not_the_start_up_b
     settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05)
     controller = StudioController(settings)
     controller.start()
-    port = controller.server.port
+    port = controller.fleet.server.port
 
     async def main():
         run = controller.new_run(RunSpec(prompts=["a long one"], tier="256p", frames=33, steps=200))
         run.start()
         view = run.views[0]
         await wait_for_async(lambda: view.state is RequestState.RUNNING, "the request running at the engine", 120)
-        os.kill(controller.server.pid, signal.SIGKILL)
+        os.kill(controller.fleet.server.pid, signal.SIGKILL)
         await run.wait()
         return view
 

@@ -56,7 +56,7 @@ def test_a_run_submitted_on_a_full_disk_is_refused_and_leaves_nothing_behind(eng
         async def made() -> list[RequestState]:
             run = controller.new_run(RunSpec(prompts=prompts[:1], tier="256p", aspect="1:1", frames=5, steps=2))
             await run.wait()
-            await controller.pool.close()
+            await controller.fleet.pool.close()
             return [view.state for view in run.views]
 
         assert asyncio.run(made()) == [RequestState.DONE]

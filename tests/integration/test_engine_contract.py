@@ -57,7 +57,8 @@ def test_async_job_life_cycle(http, tmp_path):
     record = created.json()
     assert record["id"].startswith("video_gen_") and record["object"] == "video"
     assert record["status"] == "queued" and record["size"] == "320x192" and record["model"] == MODEL_NAME
-    assert record["num_frames"] == 6 and record["fps"] == 16.0 and record["seconds"] == "4"
+    # seconds was not sent: the clip's length in whole seconds, rounded up (6 frames at 16 fps: 1 s)
+    assert record["num_frames"] == 6 and record["fps"] == 16.0 and record["seconds"] == "1"
     done = wait_for(http, record["id"], lambda r: r["status"] in ("completed", "failed"))
     assert done["status"] == "completed" and done["progress"] == 100 and done["num_frames"] == 9
     assert done["file_name"] == f"{record['id']}.mp4"

@@ -36,7 +36,7 @@ def test_a_single_request_starts_before_a_long_queue_of_another_visitor_drains(e
         )
     )
     controller.start()
-    assert controller.served_model == MODEL_NAME and MODEL_NAME in controller.engine_summary()
+    assert controller.fleet.served_model == MODEL_NAME and MODEL_NAME in controller.engine_summary()
 
     async def main():
         many = controller.new_run(quick([f"a square {i}" for i in range(64)], concurrency=64), A)
@@ -55,7 +55,7 @@ def test_a_single_request_starts_before_a_long_queue_of_another_visitor_drains(e
         unsent_when_b_was_done = len(controller.board.unsent(A))
         cancelled = controller.cancel_unsent(A)
         await many.wait()
-        await controller.pool.close()
+        await controller.fleet.pool.close()
         return many, one.views[0], standing, unsent_when_b_was_done, cancelled
 
     try:

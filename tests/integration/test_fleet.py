@@ -25,7 +25,7 @@ def fleet_controller(tmp_path, **values) -> StudioController:
 def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(tmp_path):
     controller = fleet_controller(tmp_path)
     try:
-        assert len(controller.servers) == 2 and len({server.base_url for server in controller.servers}) == 2
+        assert len(controller.fleet.servers) == 2 and len({server.base_url for server in controller.fleet.servers}) == 2
         assert (
             "2 x embedded on the CPU" in controller.engine_summary() and "2 of 2 ready" in controller.engine_summary()
         )
@@ -40,7 +40,7 @@ def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(
                 RunSpec(prompts=["a long one"], copies=4, tier="256p", aspect="1:1", frames=9, steps=60, concurrency=4)
             )
             long.start()
-            victim = controller.servers[0]
+            victim = controller.fleet.servers[0]
             await wait_for_async(
                 lambda: any(v.state is RequestState.RUNNING and v.endpoint == victim.base_url for v in long.views),
                 "a long request to be running at the first replica",
@@ -55,10 +55,13 @@ def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(
 
         quick, long, killed = asyncio.run(main())
         assert all(view.state is RequestState.DONE for view in quick)
-        assert {view.endpoint for view in quick} == {server.base_url for server in controller.servers}
+        assert {view.endpoint for view in quick} == {server.base_url for server in controller.fleet.servers}
         assert killed.state is RequestState.FAILED and "crashed (exit code -9)" in killed.error
         assert [view for view in long if view.state is not RequestState.DONE] == [killed]
-        assert controller.servers[0].state is ServerState.CRASHED and controller.servers[1].state is ServerState.READY
+        assert (
+            controller.fleet.servers[0].state is ServerState.CRASHED
+            and controller.fleet.servers[1].state is ServerState.READY
+        )
         assert "1 of 2 ready" in controller.engine_summary()
     finally:
         controller.close()
@@ -67,9 +70,9 @@ def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(
 def test_an_operator_stops_and_restarts_one_replica_while_the_other_serves(tmp_path):
     controller = fleet_controller(tmp_path)
     try:
-        first_url = controller.servers[0].base_url
-        controller.stop_replica(0)
-        assert controller.servers[0].state is ServerState.STOPPED and controller.ready()
+        first_url = controller.fleet.servers[0].base_url
+        controller.fleet.stop_replica(0)
+        assert controller.fleet.servers[0].state is ServerState.STOPPED and controller.ready()
 
         async def served(prompt: str) -> list:
             run = controller.new_run(
@@ -79,10 +82,12 @@ def test_an_operator_stops_and_restarts_one_replica_while_the_other_serves(tmp_p
 
         while_stopped = asyncio.run(served("while one is stopped"))
         assert all(view.state is RequestState.DONE for view in while_stopped)
-        assert {view.endpoint for view in while_stopped} == {controller.servers[1].base_url}
-        controller.restart_replica(0)
-        assert controller.servers[0].state is ServerState.READY and controller.servers[0].base_url == first_url
+        assert {view.endpoint for view in while_stopped} == {controller.fleet.servers[1].base_url}
+        controller.fleet.restart_replica(0)
+        assert (
+            controller.fleet.servers[0].state is ServerState.READY and controller.fleet.servers[0].base_url == first_url
+        )
         after = asyncio.run(served("both again"))
-        assert {view.endpoint for view in after} == {server.base_url for server in controller.servers}
+        assert {view.endpoint for view in after} == {server.base_url for server in controller.fleet.servers}
     finally:
         controller.close()

@@ -29,8 +29,8 @@ def test_follow_up_after_requests_were_sent_leaves_them_alone(tmp_path):
             await run.wait()
             return [v.id for v in controller.board.views()], [v.state for v in run.views], followed
         finally:
-            if controller.pool is not None:
-                await controller.pool.close()
+            if controller.fleet.pool is not None:
+                await controller.fleet.pool.close()
             controller.close()
 
     ids, states, followed = asyncio.run(scenario())

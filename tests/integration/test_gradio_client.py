@@ -115,3 +115,39 @@ def test_nothing_beside_the_studios_own_videos_is_served_to_the_browser(tmp_path
             assert "not for the browser" not in response.text and "root:" not in response.text
     finally:
         stop_studio(studio)
+
+
+def test_a_program_gets_structured_runs_through_the_api(tmp_path):
+    """submit_run answers the run's id and its requests; wait_run answers once it has finished, with each video's
+    path and URL; a refusal is a plain sentence, not the page's Markdown."""
+    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+    try:
+        client = Client(studio.url, verbose=False)
+        queued = client.predict(
+            prompts="a red circle moving left\ntwo blue squares growing on black",
+            tier="256p",
+            aspect="1:1",
+            frames=10,
+            steps=2,
+            seed="3",
+            concurrency=2,
+            api_name="/submit_run",
+        )
+        assert queued["run_id"].startswith("run_") and len(queued["requests"]) == 2
+        assert queued["note"] == "frames 10 rounded up to 13: the model makes 4k+1 frames"
+        done = client.predict(run_id=queued["run_id"], timeout_s=240, api_name="/wait_run")
+        assert done["finished"] and done["states"] == {"done": 2}
+        for item in done["requests"]:
+            assert Path(item["video_path"]).is_file() and item["video_url"].startswith(studio.url)
+            # With the caller's session (its cookies), the file comes; a stranger without them is refused.
+            video = httpx.get(item["video_url"], cookies=client.cookies, timeout=30)
+            assert video.status_code == 200 and video.content[4:8] == b"ftyp"
+            assert httpx.get(item["video_url"], timeout=30).status_code == 403
+        assert client.predict(run_id=queued["run_id"], api_name="/run_status")["finished"]
+        with pytest.raises(Exception, match="cannot generate: steps must be from 1 to 200, got 500") as refused:
+            client.predict(prompts="a red circle", steps=500, api_name="/submit_run")
+        assert "**" not in str(refused.value) and "&#x27;" not in str(refused.value)
+        with pytest.raises(Exception, match="no run 'run_nope' of yours"):
+            client.predict(run_id="run_nope", api_name="/run_status")
+    finally:
+        stop_studio(studio)

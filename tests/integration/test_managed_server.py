@@ -93,7 +93,7 @@ def test_crash_is_noticed_and_fails_in_flight_requests(tmp_path):
     controller = StudioController(settings)
     controller.start()
     exited = threading.Event()
-    controller.server.on_exit(lambda server: exited.set())
+    controller.fleet.server.on_exit(lambda server: exited.set())
 
     async def main():
         finished = controller.new_run(RunSpec(prompts=["finished first"], tier="256p", aspect="1:1", frames=5, steps=2))
@@ -102,15 +102,15 @@ def test_crash_is_noticed_and_fails_in_flight_requests(tmp_path):
         run.start()
         view = run.views[0]
         await wait_for_async(lambda: view.state is RequestState.RUNNING, "the long request to be running", 120)
-        os.kill(controller.server.pid, signal.SIGKILL)
+        os.kill(controller.fleet.server.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         await run.wait()
         return finished.views[0], view, time.monotonic() - killed_at
 
     try:
         done, crashed, fail_s = asyncio.run(main())
-        assert exited.is_set() and controller.server.state is ServerState.CRASHED
-        assert controller.server.status().exit_code == -9
+        assert exited.is_set() and controller.fleet.server.state is ServerState.CRASHED
+        assert controller.fleet.server.status().exit_code == -9
         assert crashed.state is RequestState.FAILED and "crashed (exit code -9)" in crashed.error
         assert fail_s < 5
         assert controller.store.request_row(crashed.id)["state"] == "failed"
@@ -123,7 +123,7 @@ def test_auto_restart_resends_what_never_started_and_fails_what_ran(tmp_path):
     settings = engine_settings(outputs_dir=tmp_path / "outputs", poll_interval_s=0.05, auto_restart=True)
     controller = StudioController(settings)
     controller.start()
-    first_url, first_pid = controller.server.base_url, controller.server.pid
+    first_url, first_pid = controller.fleet.server.base_url, controller.fleet.server.pid
 
     async def main():
         # One long request runs, three short ones wait in the server's queue behind it.
@@ -142,7 +142,7 @@ def test_auto_restart_resends_what_never_started_and_fails_what_ran(tmp_path):
             detail=lambda: f"states {[(v.state.value, v.job_id) for v in queued_run.views]}",
         )
         old_jobs = {v.id: v.job_id for v in queued_run.views}
-        os.kill(controller.server.pid, signal.SIGKILL)
+        os.kill(controller.fleet.server.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         await wait_for_async(lambda: running.state.finished, "the running request to finish after the kill", 60)
         fail_s = time.monotonic() - killed_at
@@ -154,9 +154,9 @@ def test_auto_restart_resends_what_never_started_and_fails_what_ran(tmp_path):
         assert running.state is RequestState.FAILED and "crashed (exit code -9)" in running.error
         assert fail_s < 5
         # The server came back on the same address, as a new process.
-        assert controller.server.state is ServerState.READY
-        assert controller.server.base_url == first_url and controller.server.pid != first_pid
-        assert "restarted automatically" in (controller.auto_restart_note or "")
+        assert controller.fleet.server.state is ServerState.READY
+        assert controller.fleet.server.base_url == first_url and controller.fleet.server.pid != first_pid
+        assert "restarted automatically" in (controller.fleet.auto_restart_note or "")
         for view in resent:
             assert view.state is RequestState.DONE, view.error
             assert view.resubmissions == 1
@@ -185,7 +185,7 @@ def test_without_auto_restart_queued_requests_fail_with_the_reason(tmp_path):
         )
         queued_run.start()
         await wait_for_async(lambda: queued_run.views[0].job_id, "the short request to get a job at the server", 120)
-        os.kill(controller.server.pid, signal.SIGKILL)
+        os.kill(controller.fleet.server.pid, signal.SIGKILL)
         await queued_run.wait()
         await long_run.wait()
         return queued_run.views[0]
@@ -193,6 +193,6 @@ def test_without_auto_restart_queued_requests_fail_with_the_reason(tmp_path):
     try:
         queued = asyncio.run(main())
         assert queued.state is RequestState.FAILED and "crashed" in queued.error
-        assert controller.server.state is ServerState.CRASHED  # stays down until the user restarts it
+        assert controller.fleet.server.state is ServerState.CRASHED  # stays down until the user restarts it
     finally:
         controller.close()

@@ -55,7 +55,7 @@ def scaling_controller(outputs: Path, **values: object) -> StudioController:
         **values,
     )
     controller = StudioController(settings)
-    controller.autoscale_interval_s = 0.2
+    controller.fleet.autoscale_interval_s = 0.2
     return controller
 
 
@@ -82,8 +82,8 @@ async def load_until_a_second_replica_serves(
         if sum(run.unsent for run in runs) < BATCH:
             runs.append(fleet.new_run(spec("a red circle", BATCH)))
             runs[-1].start()
-        if not added and len(fleet.servers) == 2:
-            added.append(fleet.servers[1])
+        if not added and len(fleet.fleet.servers) == 2:
+            added.append(fleet.fleet.servers[1])
             await asyncio.to_thread(on_added, added[0])
         return False
 
@@ -91,27 +91,27 @@ async def load_until_a_second_replica_serves(
         second_replica_serves,
         "a second replica serving",
         LOAD_DEADLINE_S,
-        detail=lambda: f"{len(fleet.servers)} servers, {sum(run.unsent for run in runs)} requests unsent",
+        detail=lambda: f"{len(fleet.fleet.servers)} servers, {sum(run.unsent for run in runs)} requests unsent",
     )
     assert fleet.dispatcher.slots == 16  # the in-flight slots follow the replicas: 8 each
     for run in runs:
         await run.wait()
-    made = await asyncio.gather(*(scrape(server.base_url) for server in fleet.servers))  # before it goes idle
+    made = await asyncio.gather(*(scrape(server.base_url) for server in fleet.fleet.servers))  # before it goes idle
     return [view for run in runs for view in run.views], loaded_at, added[0], made
 
 
 def check_scaled_out(fleet: StudioController, views: list[RequestView], second: ManagedServer, made) -> dict:
     """Every request done, once: each server made as many videos as the studio got from it, all of them together;
     the added replica made some. Returns the requests by server."""
-    first = fleet.servers[0]
+    first = fleet.fleet.servers[0]
     assert second.name == "replica 1" and second.base_url.startswith("http://127.0.0.1:")
     assert all(view.state is RequestState.DONE for view in views), [view.error for view in views]
     assert len({view.id for view in views}) == len(views)
     by_server = {url: sum(view.endpoint == url for view in views) for url in (first.base_url, second.base_url)}
     assert by_server[second.base_url] > 0 and sum(by_server.values()) == len(views)
     assert {metrics.url: metrics.succeeded for metrics in made} == {url: float(n) for url, n in by_server.items()}
-    assert fleet.scaling is not None
-    events = list(fleet.scaling.events)
+    assert fleet.fleet.scaling is not None
+    events = list(fleet.fleet.scaling.events)
     assert [(event.action, event.replica) for event in events[:2]] == [("add", None), ("added", None)]
     assert f"above {QUEUE_PER_REPLICA:g}" in events[0].reason and "replica 1 serving" in events[1].reason
     return by_server
@@ -119,13 +119,13 @@ def check_scaled_out(fleet: StudioController, views: list[RequestView], second: 
 
 def check_back_to_one(fleet: StudioController, first: ManagedServer, gone: list[int]) -> None:
     """Idle: the newest replica goes, and the processes in `gone` with it; the first one stays and serves."""
-    assert fleet.scaling is not None
-    wait_for(lambda: fleet.scaling.events[-1].action == "removed", "the fleet to be back to one replica", 60)
-    events = list(fleet.scaling.events)[2:]
+    assert fleet.fleet.scaling is not None
+    wait_for(lambda: fleet.fleet.scaling.events[-1].action == "removed", "the fleet to be back to one replica", 60)
+    events = list(fleet.fleet.scaling.events)[2:]
     assert [(event.action, event.replica) for event in events] == [("remove", "replica 1"), ("removed", "replica 1")]
     assert "a replica idle for" in events[0].reason
-    assert fleet.servers == [first] and first.state is ServerState.READY
-    assert [endpoint.url for endpoint in fleet.pool.endpoints] == [first.base_url]
+    assert fleet.fleet.servers == [first] and first.state is ServerState.READY
+    assert [endpoint.url for endpoint in fleet.fleet.pool.endpoints] == [first.base_url]
     assert fleet.dispatcher.slots == 8
     _gone, alive = psutil.wait_procs([psutil.Process(pid) for pid in gone if psutil.pid_exists(pid)], timeout=30)
     assert not [process for process in alive if process.status() != psutil.STATUS_ZOMBIE], list(map(named, alive))
@@ -163,7 +163,7 @@ def ray_fleet(tmp_path_factory, earlier) -> Iterator[StudioController]:
 
 def test_on_ray_scale_out_from_one_to_two_replicas_under_load_and_back_to_one_when_idle(ray_fleet):
     fleet = ray_fleet
-    first = fleet.servers[0]
+    first = fleet.fleet.servers[0]
     assert first.name == "replica 0" and first.state is ServerState.READY
     assert "1-2 x embedded on Ray (local)" in fleet.engine_summary() and "1 of 1 ready" in fleet.engine_summary()
     workers: list[int] = []
@@ -173,14 +173,14 @@ def test_on_ray_scale_out_from_one_to_two_replicas_under_load_and_back_to_one_wh
 
     views, loaded_at, second, made = asyncio.run(load_until_a_second_replica_serves(fleet, remember_its_worker))
     by_server = check_scaled_out(fleet, views, second, made)
-    assert second.node and "for Ray to place it" in fleet.scaling.events[1].reason
-    decided, up = fleet.scaling.events[0].at, fleet.scaling.events[1].at
+    assert second.node and "for Ray to place it" in fleet.fleet.scaling.events[1].reason
+    decided, up = fleet.fleet.scaling.events[0].at, fleet.fleet.scaling.events[1].at
     serving_at = min(view.timings.sent for view in views if view.endpoint == second.base_url)
     print(
         f"\non Ray: queue above {QUEUE_PER_REPLICA:g} per replica -> second replica serving: "
         f"{serving_at - loaded_at:.1f} s (decided after {decided - loaded_at:.1f} s; replica up {up - decided:.1f} s "
         f"after the decision); {by_server[second.base_url]} of {len(views)} requests made there; "
-        f"{fleet.scaling.events[1].reason}"
+        f"{fleet.fleet.scaling.events[1].reason}"
     )
     # Its server and its Ray worker go with it: Ray has its CPU back.
     check_back_to_one(fleet, first, [second.pid, *workers])
@@ -192,9 +192,9 @@ def test_on_ray_shutting_down_leaves_no_ray_worker_or_server_process(ray_fleet, 
     ours = [process for process in descendants() if process.pid not in earlier]
     names = {process.name() for process in ours}
     assert "raylet" in names and "gcs_server" in names
-    assert {server.pid for server in ray_fleet.servers} <= {process.pid for process in ours}
+    assert {server.pid for server in ray_fleet.fleet.servers} <= {process.pid for process in ours}
     ray_fleet.close()
-    assert ray_fleet.scaling is not None and not ray_fleet.scaling.running
+    assert ray_fleet.fleet.scaling is not None and not ray_fleet.fleet.scaling.running
     ray_cluster.shutdown()
     _gone, alive = psutil.wait_procs(ours, timeout=60)  # a loaded 2-core machine stops them slowly
     assert not alive, [named(process) for process in alive]
@@ -207,11 +207,11 @@ def test_on_this_machine_the_fleet_scales_out_and_back_in_the_same_way(tmp_path)
     fleet = scaling_controller(tmp_path / "outputs")
     try:
         fleet.start()
-        first = fleet.servers[0]
+        first = fleet.fleet.servers[0]
         assert "1-2 x embedded on the CPU, 1 thread each" in fleet.engine_summary()
         views, loaded_at, second, made = asyncio.run(load_until_a_second_replica_serves(fleet))
         by_server = check_scaled_out(fleet, views, second, made)
-        decided, up = fleet.scaling.events[0].at, fleet.scaling.events[1].at
+        decided, up = fleet.fleet.scaling.events[0].at, fleet.fleet.scaling.events[1].at
         serving_at = min(view.timings.sent for view in views if view.endpoint == second.base_url)
         print(
             f"\non this machine: queue above {QUEUE_PER_REPLICA:g} per replica -> second replica serving: "

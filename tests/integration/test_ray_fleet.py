@@ -60,7 +60,7 @@ def fleet(tmp_path_factory, earlier) -> Iterator[StudioController]:
 
 
 def test_two_ray_replicas_share_a_run(fleet):
-    servers = fleet.servers
+    servers = fleet.fleet.servers
     assert len(servers) == 2 and all(server.state is ServerState.READY for server in servers)
     assert all(server.base_url.startswith("http://127.0.0.1:") for server in servers)
     # The servers run under Ray's workers, not under the studio's process.
@@ -86,7 +86,7 @@ def test_two_ray_replicas_share_a_run(fleet):
 
 
 def test_a_killed_replica_fails_only_what_it_ran_and_comes_back(fleet):
-    victim, other = fleet.servers
+    victim, other = fleet.fleet.servers
     old_pid, old_url = victim.pid, victim.base_url
 
     async def main():
@@ -113,8 +113,8 @@ def test_a_killed_replica_fails_only_what_it_ran_and_comes_back(fleet):
     assert victim.state is ServerState.READY and victim.base_url == old_url and victim.pid != old_pid
     assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
 
-    asyncio.run(fleet.pool.check_health())  # what the router's health watch does while runs go on
-    assert fleet.pool.find(old_url).healthy
+    asyncio.run(fleet.fleet.pool.check_health())  # what the router's health watch does while runs go on
+    assert fleet.fleet.pool.find(old_url).healthy
 
     async def after():
         run = fleet.new_run(
@@ -128,7 +128,7 @@ def test_a_killed_replica_fails_only_what_it_ran_and_comes_back(fleet):
 
 
 def test_a_replica_whose_actor_dies_is_restarted_by_ray(fleet):
-    victim = fleet.servers[1]
+    victim = fleet.fleet.servers[1]
     old_url, old_pid = victim.base_url, victim.pid
     actor_pid = victim.status_report()["node_pid"]
     os.kill(actor_pid, signal.SIGKILL)  # the actor's worker process: as when its node goes
@@ -140,21 +140,21 @@ def test_a_replica_whose_actor_dies_is_restarted_by_ray(fleet):
     # The server the dead actor left was ended, and the new one took its port: the studio's URL still holds.
     assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
     assert victim.base_url == old_url
-    asyncio.run(fleet.pool.check_health())
-    assert fleet.pool.find(old_url).healthy
+    asyncio.run(fleet.fleet.pool.check_health())
+    assert fleet.fleet.pool.find(old_url).healthy
 
 
 def test_with_auto_restart_on_the_studio_restarts_it_through_ray(fleet):
     fleet.set_auto_restart(True)
     try:
-        victim = fleet.servers[0]
+        victim = fleet.fleet.servers[0]
         old_url, old_pid = victim.base_url, victim.pid
         os.kill(old_pid, signal.SIGKILL)
-        endpoint = fleet.pool.find(old_url)
+        endpoint = fleet.fleet.pool.find(old_url)
         # The controller's restart tells the router when the replica is back: no health probe needed.
         wait_for(lambda: endpoint.healthy and victim.pid != old_pid, "the restarted replica to be healthy", 60)
         assert endpoint.healthy and victim.state is ServerState.READY and victim.base_url == old_url
-        assert "restarted automatically" in (fleet.auto_restart_note or "")
+        assert "restarted automatically" in (fleet.fleet.auto_restart_note or "")
     finally:
         fleet.set_auto_restart(False)
 
@@ -170,7 +170,7 @@ def test_shutting_down_leaves_no_ray_or_server_process(fleet, earlier):
     ours = [process for process in descendants() if process.pid not in earlier]
     names = {process.name() for process in ours}
     assert "raylet" in names and "gcs_server" in names
-    server_pids = {server.pid for server in fleet.servers}
+    server_pids = {server.pid for server in fleet.fleet.servers}
     assert server_pids <= {process.pid for process in ours}
     fleet.close()
     ray_cluster.shutdown()

@@ -75,8 +75,8 @@ def test_a_followed_up_request_stays_its_visitors(engine, tmp_path):
             await run.wait()
             return followed, *seen, bobs + 10 * alices, run.views[0].state
         finally:
-            if controller.pool is not None:
-                await controller.pool.close()
+            if controller.fleet.pool is not None:
+                await controller.fleet.pool.close()
             controller.close()
 
     followed, alice_sees, bob_sees, cancelled, state = asyncio.run(follow_up_and_cancel())

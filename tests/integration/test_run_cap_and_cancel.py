@@ -130,7 +130,7 @@ def test_closing_the_last_page_cancels_a_large_run_without_holding_the_studio(tm
         held = lag.held_s
         run.cancel_all()  # the one at the engine too, to end the run
         await asyncio.wait_for(run.wait(), timeout=60)
-        await controller.pool.close()
+        await controller.fleet.pool.close()
         return took, held, cancelled, [view.state for view in run.views], controller
 
     took, held, cancelled, states_now, controller = asyncio.run(scenario())

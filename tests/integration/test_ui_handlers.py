@@ -70,7 +70,7 @@ def test_submit_runs_everything_and_figures_follow(controller):
     rows = tables.request_table(board)
     assert len(rows) == 4 and all((rows["state"] == "done") & (rows["progress"] == "100%"))
     stats = tables.counts_line(board.summary(), 0)
-    assert "**4 completed**" in stats and "videos/min" in tables.stats_table(board.summary()).columns
+    assert "**4 completed**" in stats and tables.THROUGHPUT_COLUMN in tables.stats_table(board.summary()).columns
     items = gallery.gallery_items(board.done_newest_first(), lambda path: f"https://studio.test/files/{path}")
     assert len(items) == 4 and all(url.endswith(".jpg") for url, _ in items)
     for (url, _), view in zip(items, board.done_newest_first(), strict=True):
@@ -89,11 +89,14 @@ def test_submit_runs_everything_and_figures_follow(controller):
     # phase has its colour.
     assert list(dict.fromkeys(timeline[figures.PHASE])) == list(reversed(figures.PHASE_COLORS))
     assert all(timeline.groupby(figures.REQUEST).size() == len(figures.PHASE_COLORS))
-    latency = page.latency
-    assert len(latency) == 4 and latency[figures.WITHIN].iloc[-1] == 100.0  # four latencies, cumulative
-    assert latency[figures.LATENCY].is_monotonic_increasing
-    throughput = page.throughput  # steps: each window's rate from its start to its end
-    assert len(throughput) >= 2 and throughput[figures.THROUGHPUT].iloc[0] == throughput[figures.THROUGHPUT].iloc[1]
+    latency = page.latency  # four latencies, cumulative, in steps from 0 s up to the longest one
+    summary = board.summary()
+    assert latency[figures.WITHIN].iloc[-1] == 100.0 and latency[figures.WITHIN].is_monotonic_increasing
+    assert latency[figures.LATENCY].is_monotonic_increasing and latency[figures.LATENCY].iloc[0] == 0.0
+    assert latency[figures.LATENCY].iloc[-1] == pytest.approx(summary.latency_max_s, abs=0.01)
+    throughput = page.throughput  # videos/min while in flight, so far: it ends at the statistics' figure
+    assert len(throughput) >= 2 and throughput[figures.THROUGHPUT].iloc[0] == 0.0
+    assert throughput[figures.THROUGHPUT].iloc[-1] == pytest.approx(summary.throughput_per_min, abs=0.01)
     assert tables.history_table(controller)["run"].iloc[0] == run.id
 
     exported = handlers.export_run(controller, run.id, "csv")
@@ -120,7 +123,7 @@ def test_cancel_all_stops_in_flight_work(controller):
     assert all(v.state is RequestState.CANCELLED for v in run.views)
     import httpx
 
-    metrics = httpx.get(controller.server.base_url + "/metrics").text
+    metrics = httpx.get(controller.fleet.server.base_url + "/metrics").text
     assert f'vllm_omni:num_requests_running{{model_name="{MODEL_NAME}"}} 0.0' in metrics
     assert f'vllm_omni:num_requests_waiting{{model_name="{MODEL_NAME}"}} 0.0' in metrics
 
@@ -135,23 +138,23 @@ def test_cancel_all_stops_in_flight_work(controller):
         ({"frames": -1}, "frames must be between"),
         ({"frames": 100000}, "frames must be between"),
         ({"fps": "0"}, "fps must be one of"),
-        ({"steps": 0}, "greater than or equal to 1"),
-        ({"steps": 500}, "less than or equal to 200"),
-        ({"guidance": -1}, "greater than or equal to 0"),
-        ({"guidance": 100}, "less than or equal to 20"),
+        ({"steps": 0}, "steps must be from 1 to 200, got 0"),
+        ({"steps": 500}, "steps must be from 1 to 200, got 500"),
+        ({"guidance": -1}, "guidance must be from 0 to 20, got -1"),
+        ({"guidance": 100}, "guidance must be from 0 to 20, got 100"),
         ({"seed": "abc"}, "seed must be a whole number"),
-        ({"seed": str(2**70)}, "less than or equal to 9223372036854775807"),  # protocol.MAX_SEED
-        ({"concurrency": 0}, "greater than or equal to 1"),
-        ({"concurrency": 10**6}, "less than or equal to 256"),
-        ({"copies": 0}, "greater than or equal to 1"),
-        ({"negative_prompt": "x" * 25_000}, "negative prompt: at most 20000 characters, got 25000"),
+        ({"seed": str(2**70)}, "seed must be from 0 to 9223372036854775807"),  # protocol.MAX_SEED
+        ({"concurrency": 0}, "concurrency must be from 1 to 256, got 0"),
+        ({"concurrency": 10**6}, "concurrency must be from 1 to 256, got 1000000"),
+        ({"copies": 0}, "copies per prompt must be from 1 to 64, got 0"),
+        ({"negative_prompt": "x" * 25_000}, "negative prompt may have at most 20000 characters, got 25000"),
         ({"frames": "many"}, "frames must be a whole number, got 'many'"),
         ({"steps": 2.5}, "steps must be a whole number"),
         ({"guidance": "high"}, "guidance must be a number, got 'high'"),
         ({"concurrency": "all"}, "concurrency must be a whole number"),
         ({"tier": "8k"}, "unknown tier '8k'"),
         ({"aspect": "5:3"}, "unknown aspect '5:3'"),
-        ({"seed_policy": "sometimes"}, "seed per copy: Input should be"),
+        ({"seed_policy": "sometimes"}, "seed per copy must be 'fixed', 'random' or 'increment', got sometimes"),
     ],
 )
 def test_bad_input_gets_a_clear_message(controller, change, message):
@@ -203,16 +206,16 @@ BENCH_FORM = {
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"requests": 0}, "requests: input should be greater than or equal to 1"),
-        ({"requests": "lots"}, "requests: input should be a valid integer"),
+        ({"requests": 0}, "requests must be from 1 to 1000, got 0"),
+        ({"requests": "lots"}, "requests must be a valid integer"),
         ({"concurrencies": "1,a"}, "concurrency takes whole numbers"),
         ({"concurrencies": "0"}, "concurrency takes whole numbers from 1 to 256"),
         ({"concurrencies": ""}, "concurrency takes whole numbers"),
         ({"tiers": []}, "pick at least one tier"),
         ({"tiers": ["1080p"]}, "unknown tier '1080p'"),
         ({"guardrails": []}, "guardrails takes on, off or on,off"),
-        ({"steps": 500}, "steps: input should be less than or equal to 200"),
-        ({"request_rate": -1}, "request_rate: input should be greater than 0"),
+        ({"steps": 500}, "steps must be from 1 to 200, got 500"),
+        ({"request_rate": -1}, "request rate must be more than 0, got"),
     ],
 )
 def test_bench_view_refuses_bad_settings_clearly(controller, change, message):
@@ -291,11 +294,13 @@ def test_cancel_from_a_selected_row_and_the_status_line_follows(controller):
 def test_a_shape_never_seen_says_no_estimate_yet():
     from studio.backend.runs.board import RequestBoard
     from studio.backend.runs.request_state import RequestView
+    from studio.backend.visitors import LOCAL_OPERATOR
     from studio.protocol import VideoRequest
 
     class OneRun:
         def __init__(self, views):
             self.views = views
+            self.visitor = LOCAL_OPERATOR
 
         def add_listener(self, listener):
             pass
@@ -315,8 +320,11 @@ def test_the_run_requests_table_names_its_columns_and_rounds():
             "prompt": "p",
             "state": "done",
             "latency_s": 13.56493854522705,
+            "studio_wait_s": 0.3,
             "queue_wait_s": 0.123456,
             "inference_s": 12.987654,
+            "download_s": 0.15,
+            "server_latency_s": 13.26493854522705,
             "seed": 3,
             "error": None,
         }
@@ -324,6 +332,7 @@ def test_the_run_requests_table_names_its_columns_and_rounds():
     table = tables.run_request_table(rows)
     assert list(table.columns) == tables.RUN_REQUEST_COLUMNS and all(not str(c).isdigit() for c in table.columns)
     assert table.iloc[0]["latency s"] == 13.56 and table.iloc[0][tables.INFERENCE_COLUMN] == 12.99
+    assert table.iloc[0][tables.FROM_SENDING_COLUMN] == 13.26
 
 
 def test_bench_goodput_without_an_slo_says_why():

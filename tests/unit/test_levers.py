@@ -27,8 +27,8 @@ from studio.cli.studio_flags import studio_settings
 from studio.config import StudioSettings
 from studio.ui.server_tab import (
     LEVER_CHOICES,
-    LEVER_LABELS,
     lever_visibility,
+    levers_for_engine,
     read_lever_flags,
     settings_form,
     settings_values,
@@ -184,7 +184,9 @@ def test_the_form_has_a_control_for_every_lever_with_the_current_value():
     settings = StudioSettings(_env_file=None, cache_backend="my_cache", enforce_eager=True)
     with gr.Blocks():
         form = settings_form(settings, gr.Markdown(render=False))
-    assert set(LEVER_FLAGS) <= set(form) and set(LEVER_LABELS) == set(LEVER_FLAGS)
+    assert set(LEVER_FLAGS) <= set(form)
+    # Each control is labelled with its setting's title, the words the settings declare once.
+    assert all(form[name].label == StudioSettings.model_fields[name].title for name in LEVER_FLAGS)
     cache = form["cache_backend"]
     assert cache.value == "my_cache" and [c[1] for c in cache.choices][:3] == ["off", "tea_cache", "cache_dit"]
     assert ("my_cache", "my_cache") in cache.choices  # a value the usual choices lack is kept
@@ -244,3 +246,26 @@ def test_a_server_that_cannot_be_found_shows_every_lever_and_says_why(tmp_path):
     assert found is None and "was not found" in why
     shown, note = lever_visibility(found, why)
     assert all(shown.values()) and "was not found" in note
+
+
+def test_on_the_embedded_engine_only_its_own_levers_show_and_the_note_says_why():
+    shown, note = levers_for_engine(StudioSettings(_env_file=None))
+    assert {name for name, visible in shown.items() if visible} == {
+        "cfg_parallel_size",
+        "ulysses_degree",
+        "guardrails",
+        "init_timeout_s",
+    }
+    assert "embedded engine reads CFG parallel, Ulysses degree" in note and "vllm-omni engine" in note
+    with gr.Blocks():
+        form = settings_form(StudioSettings(_env_file=None), gr.Markdown(render=False))
+    group = form["cfg_parallel_size"].parent
+    while not isinstance(group, gr.Accordion):
+        group = group.parent
+    assert group.open is False  # the levers group starts folded
+
+
+def test_remote_servers_take_no_lever_and_vllm_omni_reads_its_own_help():
+    shown, note = levers_for_engine(StudioSettings(_env_file=None, engine="remote", remote_urls=["http://h:1"]))
+    assert not any(shown.values()) and note.startswith("No lever applies")
+    assert levers_for_engine(StudioSettings(_env_file=None, engine="vllm-omni")) is None

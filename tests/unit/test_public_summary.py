@@ -10,6 +10,7 @@ import pytest
 
 from studio.backend.clients.router import EndpointPool
 from studio.backend.controller import StudioController
+from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.supervisor import ServerState, ServerStatus
 from studio.config import StudioSettings
 
@@ -68,8 +69,8 @@ def remote(tmp_path):
 
 def test_remote_servers_are_not_named_to_visitors(remote):
     assert remote.public_summary() == "remote servers: not attached"
-    remote.pool = EndpointPool.from_urls([REMOTE])  # attached, without asking the network
-    remote.served_model = MODEL_PATH
+    remote.fleet.pool = EndpointPool.from_urls([REMOTE])  # attached, without asking the network
+    remote.fleet.served_model = MODEL_PATH
     assert REMOTE in remote.engine_summary() and MODEL_PATH in remote.engine_summary(for_operator=True)
     public = remote.public_summary()
     assert public == remote.engine_summary(for_operator=False)
@@ -82,7 +83,7 @@ def test_a_cosmos_framework_server_is_not_named_to_visitors(tmp_path):
     )
     controller = StudioController(settings)
     try:
-        controller.pool = EndpointPool.from_urls([REMOTE, "http://10.11.12.14:8000"])
+        controller.fleet.pool = EndpointPool.from_urls([REMOTE, "http://10.11.12.14:8000"])
         assert "10.11.12.13" in controller.engine_summary()
         assert controller.public_summary() == "Cosmos Framework servers: 2 attached"
     finally:
@@ -99,10 +100,11 @@ def test_a_cosmos_framework_server_is_not_named_to_visitors(tmp_path):
 )
 def test_the_managed_engine_is_not_located_for_visitors(tmp_path, state, message, public):
     settings = StudioSettings(_env_file=None, outputs_dir=tmp_path / "out", model=MODEL_PATH)
-    controller = StudioController(settings, server=StubServer(state, message))
+    stub = StubServer(state, message)
+    controller = StudioController(settings, fleet=FleetManager(settings, tmp_path, servers=[stub]))
     try:
-        controller.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
-        controller.served_model = MODEL_PATH
+        controller.fleet.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
+        controller.fleet.served_model = MODEL_PATH
         if state is ServerState.READY:
             assert "ready at http://127.0.0.1:43117" in controller.engine_summary()  # operators: as before
         line = controller.public_summary()
@@ -115,7 +117,7 @@ def test_a_start_error_is_told_to_operators_only(tmp_path):
     settings = StudioSettings(_env_file=None, outputs_dir=tmp_path / "out", model=MODEL_PATH)
     controller = StudioController(settings)
     try:
-        controller.start_error = f"no model at {MODEL_PATH} (port 43117)"
+        controller.fleet.start_error = f"no model at {MODEL_PATH} (port 43117)"
         assert MODEL_PATH in controller.engine_summary()
         assert controller.public_summary() == "embedded engine: failed to start (an operator can see why)"
     finally:
@@ -126,9 +128,9 @@ def test_a_fleet_says_how_many_replicas_serve_and_not_where(tmp_path):
     settings = StudioSettings(_env_file=None, outputs_dir=tmp_path / "out", model=MODEL_PATH)
     controller = StudioController(settings)
     try:
-        controller.servers = [StubServer(ServerState.READY), StubServer(ServerState.STARTING, port=43118)]
-        controller.layout = "2 x embedded on Ray at 10.11.12.13:6379"
-        controller.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
+        controller.fleet.servers = [StubServer(ServerState.READY), StubServer(ServerState.STARTING, port=43118)]
+        controller.fleet.layout = "2 x embedded on Ray at 10.11.12.13:6379"
+        controller.fleet.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
         assert "Ray at 10.11.12.13" in controller.engine_summary()
         line = controller.public_summary()
         assert line == "embedded engine: 1 of 2 replicas ready (1 starting)" and not hidden(line)

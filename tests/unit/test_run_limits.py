@@ -155,3 +155,31 @@ def test_cancelling_a_large_run_takes_time_in_proportion_and_never_holds_the_loo
     assert took < 5.0, f"cancelling 10000 requests took {took:.1f} s"
     assert held < 1.0, f"the event loop was held {held:.2f} s at once"
     store.close()
+
+
+def test_every_problem_speaks_in_one_voice_naming_the_field_and_its_range():
+    from pydantic import ValidationError
+
+    from studio.backend.runs.problems import describe, frames_note
+    from studio.backend.runs.spec import count_range
+    from studio.ui.handlers import describe_error, field_label
+
+    def message(**values: object) -> str:
+        try:
+            RunSpec(prompts=["a red circle"], **values)
+        except ValidationError as exc:
+            return describe_error(exc, "256p")
+        raise AssertionError(f"{values} was taken")
+
+    assert message(steps=201) == "steps must be from 1 to 200, got 201"
+    assert message(copies=0) == "copies per prompt must be from 1 to 64, got 0"
+    assert message(guidance=21.0) == "guidance must be from 0 to 20, got 21.0"
+    assert message(frames=2.5) == "frames must be a whole number from 5 to 400, got 2.5"
+    assert message(concurrency=1000) == "concurrency must be from 1 to 256, got 1000"
+    try:
+        RunSpec(prompts=[" "])
+    except ValidationError as exc:
+        assert describe_error(exc) == "write at least one prompt"  # no "Value error, " of pydantic's
+        assert describe(exc, field_label, count_range) == "write at least one prompt"
+    assert frames_note(10, "256p") == "frames 10 rounded up to 13: the model makes 4k+1 frames"
+    assert frames_note(13, "256p") is None

@@ -12,18 +12,7 @@ import studio.smallmodel  # noqa: F401  registers the pipeline class with diffus
 from studio.engine.frames import resize_frames
 from studio.engine.generation_types import GenerationCancelled, GenerationParams
 from studio.engine.generator import VideoGenerator
-from studio.smallmodel import OmniFieldDenoiser, OmniSmallT2VPipeline, OmniTextEncoder, build_pipeline
-from studio.smallmodel.analysis import label_components, measure_shape, read_video, shape_of
-from studio.smallmodel.clips import (
-    EXTENT,
-    PLACEMENT,
-    grid_points,
-    render_clips,
-    render_points,
-    render_scenes,
-    sample_layouts,
-)
-from studio.smallmodel.grammar import (
+from studio.grammar import (
     BACKGROUNDS,
     COLORS,
     DEFAULT_BACKGROUND,
@@ -38,6 +27,17 @@ from studio.smallmodel.grammar import (
     train_scenes,
     vocabulary,
     words_of,
+)
+from studio.smallmodel import OmniFieldDenoiser, OmniSmallT2VPipeline, OmniTextEncoder, build_pipeline
+from studio.smallmodel.analysis import label_components, measure_shape, read_video, shape_of
+from studio.smallmodel.clips import (
+    EXTENT,
+    PLACEMENT,
+    grid_points,
+    render_clips,
+    render_points,
+    render_scenes,
+    sample_layouts,
 )
 from studio.smallmodel.pipeline import native_size_for
 

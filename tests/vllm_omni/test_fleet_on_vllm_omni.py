@@ -16,7 +16,7 @@ def test_two_vllm_omni_replicas_share_a_run(tmp_path):
     controller = StudioController(vllm_settings(replicas=2, outputs_dir=tmp_path / "outputs"))
     try:
         controller.start()
-        servers = controller.servers
+        servers = controller.fleet.servers
         assert len(servers) == 2 and all(server.state is ServerState.READY for server in servers)
         assert len({server.base_url for server in servers}) == 2
         assert [server.log_path.name for server in servers] == ["vllm-omni-server-0.log", "vllm-omni-server-1.log"]

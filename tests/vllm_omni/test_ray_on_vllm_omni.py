@@ -30,7 +30,7 @@ def test_two_vllm_omni_replicas_as_ray_actors_share_a_run(tmp_path):
     )
     try:
         controller.start()
-        servers = controller.servers
+        servers = controller.fleet.servers
         assert len(servers) == 2 and all(server.state is ServerState.READY for server in servers)
         assert sorted(gpu for server in servers for gpu in (server.gpus or [])) == ["0", "1"]  # one each, from Ray
         assert "Ray (local)" in controller.engine_summary()

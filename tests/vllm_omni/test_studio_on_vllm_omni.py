@@ -224,7 +224,7 @@ def test_killed_server_fails_in_flight_keeps_finished_and_restarts(tmp_path):
             run.start()
             view = run.views[0]
             await wait_for_async(lambda: view.state is RequestState.RUNNING, "the request to be running", 120)
-            os.killpg(controller.server.pid, signal.SIGKILL)
+            os.killpg(controller.fleet.server.pid, signal.SIGKILL)
             killed = time.monotonic()
             await run.wait()
             return first.views[0], view, time.monotonic() - killed
@@ -233,8 +233,8 @@ def test_killed_server_fails_in_flight_keeps_finished_and_restarts(tmp_path):
         assert crashed.state is RequestState.FAILED and "crashed" in crashed.error and fail_s < 5
         assert done.state is RequestState.DONE and probe_mp4(done.video_path).num_frames == 5
         controller.restart()
-        assert controller.server.state is ServerState.READY
-        pgid = controller.server.pid
+        assert controller.fleet.server.state is ServerState.READY
+        pgid = controller.fleet.server.pid
     finally:
         controller.close()
     assert group_members(pgid) == []

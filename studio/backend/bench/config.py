@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 
 from studio.backend.bench.variants import parse_variants
 from studio.backend.engine_kinds import EMBEDDED
+from studio.backend.runs.problems import describe, field_bounds
 from studio.backend.runs.spec import MAX_CONCURRENCY
 from studio.backend.servers.layouts import Layout, parse_layouts
 from studio.protocol import InferenceSteps
@@ -185,12 +186,10 @@ class BenchConfig(BaseModel):
 
 
 def _one_line(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    if error["type"] == "value_error":
-        return str(error["ctx"]["error"])  # the validators' own messages name their field
-    field = ".".join(str(part) for part in error["loc"]) or "bench"
-    message = error["msg"][:1].lower() + error["msg"][1:]
-    return f"{field}: {message}, got {error['input']!r}"
+    """Every problem, in the voice of a run's checks (runs/problems.py): the field, what it takes, what was given."""
+    return describe(
+        exc, lambda field: field.replace("_", " ") or "bench", lambda field: field_bounds(BenchConfig, field)
+    )
 
 
 def parse_bench_config(values: Mapping[str, Any]) -> BenchConfig:

@@ -1,13 +1,12 @@
 """The fleets a bench compares: every layout x variant, each planned (GPUs, serve args) and checked before any
 server starts, then started one after the other by the studio's own fleet code, so that what the bench measures
-is what the studio runs when the layout is applied: on this machine (studio.backend.servers.local_fleet), or with
-`--cluster ray` as Ray actors (studio.backend.servers.ray_fleet) on the Ray the bench joins once for all its fleets."""
+is what the studio runs when the layout is applied (studio.backend.servers.fleet_manager): on this machine, or with
+`--cluster ray` as Ray actors on the Ray the bench joins once for all its fleets."""
 
 from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,9 +16,11 @@ from urllib.parse import urlsplit
 from studio.backend.bench.config import BenchConfig
 from studio.backend.bench.variants import Variant, check_variants, serve_args, variants_of
 from studio.backend.servers import ray_cluster
+from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.layouts import Layout, LayoutError, layout_settings, plan_layout, settings_layout
-from studio.backend.servers.local_fleet import Replica, cpu_cores, gpus_found, managed_fleet
-from studio.backend.servers.ray_fleet import RayServer, ray_fleet, replica_resources
+from studio.backend.servers.local_fleet import Replica
+from studio.backend.servers.machine import cpu_cores, gpus_found
+from studio.backend.servers.ray_fleet import replica_resources
 from studio.backend.servers.supervisor import ManagedServer
 from studio.config import StudioSettings, with_engine_key
 
@@ -120,35 +121,23 @@ def plan_bench(settings: StudioSettings, config: BenchConfig, found: list[str] |
     return fleets
 
 
-def start_fleet(fleet: Fleet, logs_dir: Path) -> list[ManagedServer]:
-    """The fleet's servers, side by side, once every one answers /health; on a failure none is left running.
-    On Ray, every replica's actor is placed first (ServerStartError where Ray has no room for one within
-    PLACEMENT_TIMEOUT_S: the previous fleet's actors going, other work on the cluster), then each starts its
-    server on its node."""
-    servers = (
-        ray_fleet(fleet.settings, logs_dir) if fleet.on_ray else managed_fleet(fleet.settings, logs_dir, fleet.replicas)
+def start_fleet(fleet: Fleet, logs_dir: Path) -> FleetManager:
+    """The fleet started by the studio's own fleet manager, once every server answers /health; on a failure none
+    is left running. On Ray, every replica's actor is placed first (ServerStartError where Ray has no room for one
+    within PLACEMENT_TIMEOUT_S: the previous fleet's actors going, other work on the cluster), then each starts its
+    server on its node. FleetManager.close stops it (and ends its actors, so that the next fleet has their GPUs)."""
+    manager = FleetManager(
+        fleet.settings,
+        logs_dir,
+        plan=None if fleet.on_ray else fleet.replicas,  # on Ray, Ray places the replicas
+        placement_timeout_s=PLACEMENT_TIMEOUT_S,
     )
     try:
-        deadline = time.monotonic() + PLACEMENT_TIMEOUT_S
-        for server in servers:
-            if isinstance(server, RayServer):
-                server.wait_placed(max(0.0, deadline - time.monotonic()))
-        for server in servers:
-            server.start(wait=False)
-        for server in servers:
-            server.wait_ready()
+        manager.start(wait=True)
     except BaseException:
-        stop_fleet(servers)
+        manager.close()
         raise
-    return servers
-
-
-def stop_fleet(servers: list[ManagedServer]) -> None:
-    """Stops every server; on Ray ends each replica's actor too, so that the next fleet has its GPUs and CPUs."""
-    for server in servers:
-        server.stop()
-        if isinstance(server, RayServer):
-            server.end_actor()
+    return manager
 
 
 # ---- on Ray ------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import json
 import platform
 import random
@@ -35,21 +36,20 @@ from studio.backend.bench.fleets import (
     placement_line,
     plan_bench,
     start_fleet,
-    stop_fleet,
 )
 from studio.backend.bench.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.bench.pareto_plot import pareto_figure
 from studio.backend.clients.router import EndpointPool
-from studio.backend.clients.vllm_omni import server_root
 from studio.backend.engine_kinds import engine_kind
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.run import Run
 from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
-from studio.backend.runs.stats import LatencySummary, summarize
+from studio.backend.runs.stats import LatencySummary, RequestSample, summarize
 from studio.backend.runs.store import OutputStore
+from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.launchers import LaunchError
 from studio.backend.servers.metrics import scrape
-from studio.backend.servers.supervisor import ManagedServer, ServerStartError
+from studio.backend.servers.supervisor import ServerStartError
 from studio.backend.servers.warmup import wait_until_warm
 from studio.config import StudioSettings
 
@@ -87,7 +87,9 @@ class CellResult:
 
     def row(self) -> dict[str, Any]:
         s = self.summary
-        e2el = [v.timings.latency_s for v in self.views if v.state is RequestState.DONE and v.timings.latency_s]
+        e2el = [
+            v.timings.latency_s for v in self.views if v.state is RequestState.DONE and v.timings.latency_s
+        ]  # sent to done
         duration = s.duration_s or 0.0
         good = (s.goodput or 0.0) * s.count if s.goodput is not None else None
         fleet = self.fleet_columns()
@@ -105,9 +107,16 @@ class CellResult:
             "latency_p95_s": s.latency_p95_s,
             "latency_p99_s": s.latency_p99_s,
             "latency_max_s": s.latency_max_s,
+            "studio_wait_mean_s": s.studio_wait_mean_s,
             "queue_wait_mean_s": s.queue_wait_mean_s,
             "inference_mean_s": s.inference_mean_s,
+            "download_mean_s": s.download_mean_s,
+            "server_latency_mean_s": s.server_latency_mean_s,
+            "server_latency_p50_s": s.server_latency_p50_s,
+            "server_latency_p90_s": s.server_latency_p90_s,
+            "server_latency_p99_s": s.server_latency_p99_s,
             "videos_per_min": s.throughput_per_min,
+            "in_flight_s": s.in_flight_s,
             "goodput": s.goodput,
             "slo_s": s.slo_s,
             **{key: value for key, value in fleet.items() if key not in ("layout", "variant")},
@@ -115,13 +124,24 @@ class CellResult:
             "duration": duration,
             "request_throughput": s.completed / duration if duration else None,
             "request_goodput": good / duration if duration and good is not None else None,
-            "mean_e2el_ms": None if s.latency_mean_s is None else s.latency_mean_s * 1000,
-            "median_e2el_ms": None if s.latency_p50_s is None else s.latency_p50_s * 1000,
-            "p99_e2el_ms": None if s.latency_p99_s is None else s.latency_p99_s * 1000,
+            "mean_e2el_ms": None if s.server_latency_mean_s is None else s.server_latency_mean_s * 1000,
+            "median_e2el_ms": None if s.server_latency_p50_s is None else s.server_latency_p50_s * 1000,
+            "p99_e2el_ms": None if s.server_latency_p99_s is None else s.server_latency_p99_s * 1000,
             "std_e2el_ms": float(_std(e2el)) * 1000 if e2el else None,
             "server_running_max": max((m.get("running") or 0 for m in self.server_metrics), default=None),
             "server_waiting_max": max((m.get("waiting") or 0 for m in self.server_metrics), default=None),
         }
+
+
+def arrived(view: RequestView, closed_loop: bool) -> RequestSample:
+    """A request's figures from its arrival. At a request rate it arrives when it is submitted, and its wait in the
+    studio (for a slot) is part of its latency. In a closed loop the bench holds each request back until one in
+    flight ends, as a closed-loop client would not yet have made it: it arrives when it is sent, as vLLM-Omni's
+    benchmark counts its latency."""
+    if not closed_loop or view.timings.sent is None:
+        return view.sample()
+    timings = dataclasses.replace(view.timings, created=view.timings.sent)
+    return RequestSample.of(str(view.state), view.tier, timings, view.finished_at)
 
 
 def _std(values: Sequence[float]) -> float:
@@ -222,7 +242,8 @@ async def run_cell(
                 on_done()
     finally:
         sampler.cancel()
-    summary = summarize([v.sample() for v in run.views], slo_s=config.slo_s, by_tier=False)
+    closed_loop = not config.request_rate
+    summary = summarize([arrived(v, closed_loop) for v in run.views], slo_s=config.slo_s, by_tier=False)
     return CellResult(tier, guardrails, concurrency, len(pool.endpoints), summary, run.views, samples, fleet)
 
 
@@ -304,16 +325,7 @@ def write_plots(out: Path, cells: list[CellResult]) -> list[Path]:
     if last is not None:
         origin = min(v.timings.created for v in last.views)
         rows = [
-            plots.TimelineRow(
-                label=f"{i}",
-                start_s=(v.timings.sent or origin) - origin,
-                queue_s=v.timings.queue_wait_s or 0.0,
-                inference_s=v.timings.inference_s or 0.0,
-                other_s=max(0.0, (v.timings.downloaded or 0) - (v.timings.completed or 0))
-                if v.timings.downloaded
-                else 0,
-                failed=v.state is not RequestState.DONE,
-            )
+            plots.timeline_row(f"{i}", origin, v.timings, v.finished_at, done=v.state is RequestState.DONE)
             for i, v in enumerate(sorted(last.views, key=lambda v: v.timings.sent or 0))
         ]
         figures["request_timeline.png"] = plots.request_timeline(rows)
@@ -417,16 +429,6 @@ def _notes(settings: StudioSettings) -> list[str]:
     return [] if split or split.why_not is None else [split.why_not]
 
 
-def _pool(settings: StudioSettings, urls: list[str]) -> EndpointPool:
-    return EndpointPool.from_urls(
-        urls,
-        api_key=settings.api_key_value(),
-        client_class=engine_kind(settings).client_class,
-        http_timeout_s=settings.http_timeout_s,
-        poll_interval_s=settings.poll_interval_s,
-    )
-
-
 async def _bench_fleet(
     fleet: Fleet,
     store: OutputStore,
@@ -440,11 +442,12 @@ async def _bench_fleet(
     on_stage(f"{fleet.label}: starting {replicas} replica{'s' * (replicas != 1)}")
     record: dict[str, Any] = fleet.describe()
     try:
-        servers: list[ManagedServer] = await asyncio.to_thread(start_fleet, fleet, out / "logs" / fleet.slug)
+        manager = await asyncio.to_thread(start_fleet, fleet, out / "logs" / fleet.slug)
     except (ServerStartError, LaunchError) as exc:
         on_stage(f"{fleet.label}: did not start: {exc}")
         return {**record, "error": str(exc)}, []
     try:
+        servers = manager.servers
         record.update(
             endpoints=[server.base_url for server in servers],
             startup_s=[server.status().startup_s for server in servers],
@@ -453,7 +456,8 @@ async def _bench_fleet(
         )
         if fleet.on_ray:
             on_stage(f"{fleet.label}: {placement_line(record['nodes'])}")
-        pool = _pool(fleet.settings, record["endpoints"])
+        pool = manager.pool
+        assert pool is not None  # started: its pool is built
         try:
             async with pool.health_watched():
                 record["model"] = ", ".join(await asyncio.to_thread(pool.served_models)) or fleet.settings.model
@@ -464,7 +468,7 @@ async def _bench_fleet(
             await pool.close()
     finally:
         on_stage(f"{fleet.label}: stopping")
-        await asyncio.to_thread(stop_fleet, servers)
+        await asyncio.to_thread(manager.close)
     for cell in cells:
         cell.nodes = [node["node"] for node in record.get("nodes", [])] or None
     return record, cells
@@ -565,7 +569,10 @@ async def run_bench(
                     raise ValueError(f"{settings.engine} engine: give at least one --url")
                 if config.layouts or config.variants:
                     raise ValueError("layouts and variants are fleets the bench starts; --url servers run already")
-                pool = _pool(settings, [server_root(url) for url in settings.remote_urls])
+                attached = FleetManager(settings, store.logs_dir)  # the --url servers' pool, as the page has it
+                await asyncio.to_thread(attached.start)
+                pool = attached.pool
+                assert pool is not None
                 try:
                     async with pool.health_watched():
                         return await bench_pool(pool, store, settings, config, out, on_progress)

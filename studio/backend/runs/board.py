@@ -46,10 +46,12 @@ class RequestBoard:
         self.finished_order: list[RequestView] = []  # in the order they finished
         self._finished_ids: set[str] = set()  # of those: one look-up, not a walk through the list
         self._inference_by_shape: dict[tuple, list[float]] = defaultdict(list)
+        self._names: dict[str, str] = {}  # visitor id -> the name they go by: what an owner column shows
 
     def add_run(self, run: Run) -> None:
         run.add_listener(self._on_update)
         self.runs.append(run)
+        self._names[run.visitor.id] = run.visitor.name
         self.version += 1
 
     def _on_update(self, view: RequestView) -> None:
@@ -89,22 +91,24 @@ class RequestBoard:
                     return run, view
         return None
 
-    def summary(self, visitor: Visitor | None = None, slo_s: float | None = None) -> LatencySummary:
-        return summarize([view.sample() for view in self.views(visitor) if view.state.finished], slo_s)
+    def owner_name(self, view: RequestView) -> str:
+        """Whose request it is, by the name they go by (never their id: a guest's holds a hash of their cookie)."""
+        return self._names.get(view.visitor_id, "unknown")
 
-    def throughput_series(self, bucket_s: float = 10.0, visitor: Visitor | None = None) -> list[tuple[float, float]]:
-        """(seconds since the first request, videos per minute in that bucket)."""
-        done = [
-            v for v in self.finished_order if v.state is RequestState.DONE and v.finished_at and _theirs(v, visitor)
-        ]
-        if not done:
-            return []
-        start = min(v.timings.created for v in self.views(visitor))
-        buckets: dict[int, int] = defaultdict(int)
-        for view in done:
-            buckets[int((view.finished_at - start) // bucket_s)] += 1
-        last = max(buckets)
-        return [(i * bucket_s, buckets.get(i, 0) * 60.0 / bucket_s) for i in range(last + 1)]
+    def latest_run(self, visitor: Visitor | None = None) -> Run | None:
+        """The run made last that `visitor` sees (None: anyone's)."""
+        return next((run for run in reversed(self.runs) if visitor is None or run.visitor.id == visitor.id), None)
+
+    def latest_run_views(self, visitor: Visitor | None = None) -> list[RequestView]:
+        run = self.latest_run(visitor)
+        return [] if run is None else list(run.views)
+
+    def summary(
+        self, visitor: Visitor | None = None, slo_s: float | None = None, latest_run: bool = False
+    ) -> LatencySummary:
+        """The figures of the finished requests `visitor` sees: all this session's, or the latest run's."""
+        views = self.latest_run_views(visitor) if latest_run else self.views(visitor)
+        return summarize([view.sample() for view in views if view.state.finished], slo_s)
 
     def progress(self, view: RequestView, now: float | None = None) -> Progress:
         """Real progress where the server reports it; else an estimate from finished requests of the same shape."""

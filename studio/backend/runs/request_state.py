@@ -115,16 +115,7 @@ class RequestView:
         return running_for * (100.0 - self.progress) / self.progress
 
     def sample(self) -> RequestSample:
-        t = self.timings
-        return RequestSample(
-            state=str(self.state),
-            tier=self.tier,
-            created=t.created,
-            finished=self.finished_at,
-            latency_s=t.latency_s if self.state is RequestState.DONE else None,
-            queue_wait_s=t.queue_wait_s,
-            inference_s=t.inference_s,
-        )
+        return RequestSample.of(str(self.state), self.tier, self.timings, self.finished_at)
 
     def as_record(self) -> dict[str, Any]:
         """The request as one flat record: what it asked, where it went, how it ended, and its timings (a row

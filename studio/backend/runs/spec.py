@@ -95,6 +95,12 @@ def _as_number(value: object) -> float | None:
         return None
 
 
+def count_range(name: str, tier: object = None) -> tuple[int, int] | None:
+    """The values a counting field of RunSpec takes (frames: for the tier asked, where it is one); None for a field
+    that counts nothing."""
+    return _whole_number_range(name, tier) if name in WHOLE_NUMBER_FIELDS else None
+
+
 def _whole_number_range(name: str, tier: object) -> tuple[int, int]:
     """The values a counting field of RunSpec takes (frames: for the tier asked, where it is one)."""
     if name == "copies":

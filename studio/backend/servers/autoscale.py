@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from studio.config import ScalingSettings
+
 log = logging.getLogger(__name__)
 
 # How often the loop looks at the load: well under the sustain and idle times a person would set.
@@ -48,6 +50,19 @@ class ScalingPolicy:
     def __post_init__(self) -> None:
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError(f"replicas between {self.min_replicas} and {self.max_replicas}: need 1 <= min <= max")
+
+    @classmethod
+    def of(cls, scaling: ScalingSettings) -> ScalingPolicy:
+        """The policy the settings' scaling group asks for (both bounds given: StudioSettings.scales)."""
+        if scaling.replicas_min is None or scaling.replicas_max is None:
+            raise ValueError("a scaling policy needs --replicas-min and --replicas-max")
+        return cls(
+            min_replicas=scaling.replicas_min,
+            max_replicas=scaling.replicas_max,
+            queue_per_replica=scaling.scale_out_queue,
+            sustain_s=scaling.scale_out_after_s,
+            idle_s=scaling.scale_in_idle_s,
+        )
 
 
 @dataclass(frozen=True)

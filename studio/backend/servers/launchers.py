@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.backend.engine_kinds import engine_kind
+from studio.backend.servers.machine import gpus_found
 from studio.config import StudioSettings
 
 INSTALL_HINT = (
@@ -106,23 +107,13 @@ def world_size(settings: StudioSettings) -> int:
     return engine_kind(settings).width(settings)
 
 
-def visible_gpu_count() -> int | None:
-    """GPUs this process can see, or None if unknown (no torch or no CUDA)."""
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return None
-
-
 def check_parallelism(settings: StudioSettings, gpus: list[str] | None) -> None:
     needed = world_size(settings)
     if gpus is not None:
         have, where = len(gpus), f"--gpus {','.join(gpus)}"
     else:
-        count = visible_gpu_count()
-        if count is None or count == 0 or settings.use_docker:
+        count = len(gpus_found())
+        if count == 0 or settings.use_docker:
             return  # cannot know here; the server reports it
         have, where = count, "the GPUs visible to the studio"
     if needed > have:

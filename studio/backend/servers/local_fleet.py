@@ -10,8 +10,6 @@ time (as ray_fleet.RayReplicas does on a Ray cluster), so that a fleet can grow 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,35 +17,9 @@ from typing import Protocol
 
 from studio.backend.engine_kinds import ReplicaShape, engine_kind
 from studio.backend.servers.launchers import LaunchError, launch_for, parse_gpus, world_size
+from studio.backend.servers.machine import cpu_cores, gpus_found
 from studio.backend.servers.supervisor import ManagedServer
 from studio.config import StudioSettings
-
-
-def gpus_found() -> list[str]:
-    """Every GPU of this machine by NVML's index; none where there is no NVIDIA driver."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return []
-    try:
-        return [str(index) for index in range(pynvml.nvmlDeviceGetCount())]
-    except pynvml.NVMLError:
-        return []
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-
-
-def cpu_cores() -> int:
-    """The cores this process may use (its affinity, where the OS tells it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -157,7 +129,9 @@ class ReplicaMaker(Protocol):
 
     def new(self) -> ManagedServer: ...
 
-    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool: ...
+    def wait_placed(
+        self, server: ManagedServer, cancelled: threading.Event | None = None, timeout_s: float | None = None
+    ) -> bool: ...
 
     def retire(self, server: ManagedServer) -> None: ...
 
@@ -166,11 +140,12 @@ class LocalReplicas:
     """The fleet on this machine's GPUs (or cores). Planned for the most replicas it may have (--replicas-max, else
     --replicas), so that each replica, one added later too, has GPUs of its own (or its share of the cores)."""
 
-    def __init__(self, settings: StudioSettings, logs_dir: Path):
+    def __init__(self, settings: StudioSettings, logs_dir: Path, plan: list[Replica] | None = None):
+        """`plan`: the replicas with their GPUs where the caller planned them already (a bench's layout)."""
         most = settings.replicas_max if settings.scales else settings.replicas
         self._settings = settings.model_copy(update={"replicas": most})
         try:
-            self._plan = plan_fleet(self._settings)
+            self._plan = plan if plan is not None else plan_fleet(self._settings)
         except LaunchError as exc:
             if settings.scales:
                 raise LaunchError(f"--replicas-max {most}: {exc}") from exc
@@ -189,7 +164,9 @@ class LocalReplicas:
             self._indices[server] = index
         return server
 
-    def wait_placed(self, server: ManagedServer, cancelled: threading.Event | None = None) -> bool:
+    def wait_placed(
+        self, server: ManagedServer, cancelled: threading.Event | None = None, timeout_s: float | None = None
+    ) -> bool:
         return True  # its GPUs were planned for it
 
     def retire(self, server: ManagedServer) -> None:

@@ -501,9 +501,12 @@ class RayReplicas:
             self._indices[server] = index
         return server
 
-    def wait_placed(self, server: RayServer, cancelled: threading.Event | None = None) -> bool:
-        """Wait (at most the init timeout) for Ray to place a new replica; False where `cancelled` came first."""
-        return server.wait_placed(self.settings.init_timeout_s, cancelled)
+    def wait_placed(
+        self, server: RayServer, cancelled: threading.Event | None = None, timeout_s: float | None = None
+    ) -> bool:
+        """Wait (at most `timeout_s`, by default the init timeout) for Ray to place a new replica; False where
+        `cancelled` came first, ServerStartError where Ray found no room in time."""
+        return server.wait_placed(self.settings.init_timeout_s if timeout_s is None else timeout_s, cancelled)
 
     def retire(self, server: RayServer) -> None:
         """Stop the replica's server and end its actor: Ray has its resources back, and its number is free."""
@@ -511,12 +514,6 @@ class RayReplicas:
         server.end_actor()
         with self._lock:
             self._indices.pop(server, None)
-
-
-def ray_fleet(settings: StudioSettings, logs_dir: Path) -> list[RayServer]:
-    """A replica actor per settings.replicas on the Ray of settings.ray_address; the servers are not started yet."""
-    replicas = RayReplicas(settings, logs_dir)
-    return [replicas.new() for _ in range(settings.replicas)]
 
 
 def ray_layout_label(settings: StudioSettings) -> str:

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from studio.backend.servers.launchers import LaunchSpec, launch_for
-from studio.config import StudioSettings
+from studio.backend.servers.launchers import LaunchSpec
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -441,17 +440,6 @@ class ManagedServer:
     def _failure_text(self, headline: str) -> str:
         tail = "\n".join(self.log_tail(30))
         return f"{headline}. Last lines of its log:\n{tail}" if tail else headline
-
-
-def managed_server_for(settings: StudioSettings, logs_dir: Path) -> ManagedServer:
-    """The server that studio settings ask to manage: the embedded engine or `vllm serve --omni`, logging to
-    `logs_dir`."""
-    return ManagedServer(
-        lambda port: launch_for(settings, port),
-        port=settings.server_port,
-        log_path=logs_dir / f"{settings.engine}-server.log",
-        init_timeout_s=settings.init_timeout_s,
-    )
 
 
 @atexit.register

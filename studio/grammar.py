@@ -200,3 +200,44 @@ def vocabulary() -> list[str]:
     words.update(_COUNT_WORDS)
     words.update(("the", "and", "of", "in", "with", "background", "video", "moving", "is"))
     return sorted(words)
+
+
+def _listed(words: list[str] | tuple[str, ...]) -> str:
+    return ", ".join(words)
+
+
+def summary() -> str:
+    """What the model understands, in a few lines for a user."""
+    motions = ", ".join(phrases[0] for phrases in _MOTION_PHRASES.values())
+    return (
+        "The default model draws one or two shapes of one color, all moving the same way, on a plain background: "
+        '"a red circle moving left on a white background", "two blue squares moving up on black". '
+        f"Colors: {_listed(list(COLORS))}. Shapes: {_listed(SHAPES)}. Motions: {motions}. "
+        f"Backgrounds: {_listed(list(BACKGROUNDS))} (default {DEFAULT_BACKGROUND})."
+    )
+
+
+def what_is_missing(prompt: str) -> str | None:
+    """Why the model cannot draw `prompt` as asked (what of the grammar it lacks, or a word it does not know in a
+    shape's place); None for a prompt of the grammar."""
+    if parse_prompt(prompt) is not None:
+        return None
+    words = words_of(prompt)
+    on_index = words.index("on") if "on" in words else len(words)
+    head = words[:on_index]
+    colors = [w for w in head if w in COLORS]
+    shapes = [w.removesuffix("s") for w in head if w.removesuffix("s") in SHAPES]
+    motions = [w for w in head if w in _MOTION_WORDS]
+    wrong_colors = [w for w in head if w in BACKGROUNDS and w not in COLORS]
+    problems = []
+    if wrong_colors and not colors:
+        problems.append(f"{wrong_colors[0]} is a background color, not a shape's ({_listed(list(COLORS))})")
+    elif len(colors) != 1:
+        problems.append(f"name one color ({_listed(list(COLORS))})" if not colors else "name one color, not several")
+    if len(shapes) != 1:
+        problems.append(f"name one shape ({_listed(SHAPES)})" if not shapes else "name one shape, not several")
+    if not motions and not ("not" in head and "moving" in head):
+        problems.append("say how it moves (moving left/right/up/down, standing still, growing, shrinking)")
+    if not problems:
+        problems.append("start with a, an, one or two, or with the color")
+    return "; ".join(problems)

@@ -1,0 +1,103 @@
+"""The back end as the page sees it: the controller, and the view types, limits, checks and actions it shows.
+
+The page (`studio/ui/`) imports the back end through this module alone (tests/unit/test_layers.py): how the back end
+is laid out (servers/, clients/, runs/, bench/) stays its own business, and what the page may rely on is listed
+here, once. The commands (`studio/cli/`) run the back end's parts themselves, lazily, as their start-up allows.
+"""
+
+from __future__ import annotations
+
+from studio.backend.access import AccessError, AccessPolicy, on_space
+from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
+from studio.backend.bench.fleets import plan_bench
+from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
+from studio.backend.bench.variants import VariantError, server_flags
+from studio.backend.controller import RunTooLarge, StudioController
+from studio.backend.engine_kinds import MANAGED_ENGINES, engine_kind
+from studio.backend.runs.board import RequestBoard
+from studio.backend.runs.fair_share import SLOTS_PER_SERVER, Standing
+from studio.backend.runs.problems import describe, field_bounds, frames_note
+from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.run import Run
+from studio.backend.runs.spec import (
+    MAX_CONCURRENCY,
+    MAX_SEED,
+    MAX_UPLOAD_BYTES,
+    RunSpec,
+    SeedPolicy,
+    check_image_file,
+    count_range,
+    image_inputs,
+)
+from studio.backend.runs.stats import (
+    InFlightClock,
+    LatencyParts,
+    LatencySummary,
+    latency_parts,
+    latency_parts_from_record,
+    summarize,
+    throughput_so_far,
+)
+from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing
+from studio.backend.servers.layouts import LayoutError
+from studio.backend.servers.metrics import scrape
+from studio.backend.servers.ray_cluster import RayUnavailable
+from studio.backend.servers.supervisor import ManagedServer, ServerState, port_is_free
+from studio.backend.servers.warmup import warmup_note, warmup_state
+from studio.backend.visitors import LOCAL_OPERATOR, Visitor
+
+__all__ = [
+    "LEVER_FLAGS",
+    "LOCAL_OPERATOR",
+    "MANAGED_ENGINES",
+    "MAX_CONCURRENCY",
+    "MAX_SEED",
+    "MAX_UPLOAD_BYTES",
+    "PARETO_PLOT",
+    "SLOTS_PER_SERVER",
+    "AccessError",
+    "AccessPolicy",
+    "BenchConfig",
+    "BenchConfigError",
+    "InFlightClock",
+    "LatencyParts",
+    "LatencySummary",
+    "LayoutError",
+    "ManagedServer",
+    "RayUnavailable",
+    "RequestBoard",
+    "RequestState",
+    "RequestView",
+    "Run",
+    "RunSpec",
+    "RunTooLarge",
+    "SeedPolicy",
+    "ServerState",
+    "Standing",
+    "StudioController",
+    "VariantError",
+    "Visitor",
+    "bench_fleets",
+    "bench_pool",
+    "cell_grid",
+    "check_image_file",
+    "count_range",
+    "describe",
+    "engine_kind",
+    "field_bounds",
+    "frames_note",
+    "image_inputs",
+    "latency_parts",
+    "latency_parts_from_record",
+    "levers_missing",
+    "on_space",
+    "parse_bench_config",
+    "plan_bench",
+    "port_is_free",
+    "scrape",
+    "server_flags",
+    "summarize",
+    "throughput_so_far",
+    "warmup_note",
+    "warmup_state",
+]

@@ -1,0 +1,135 @@
+"""The studio's API for programs (gradio_client and plain HTTP): structured answers, not the page's Markdown.
+
+- `/submit_run`: queue a run (the Generate form's fields); answers the run's record.
+- `/run_status`: a run's record now.
+- `/wait_run`: the run's record once it has finished (or when `timeout_s` passes: `finished` says which).
+
+A run's record: its id, whether it has finished, how many requests are in each state, and each request with its
+state, progress, seed, error, and its video's path on the studio's machine and URL (the studio's file route, for
+the session of the caller, whose cookies it takes). A caller sees only its own runs (operators: everyone's), as on the page; a refusal is a
+plain-text error (gr.Error), the same words the page shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import gradio as gr
+
+from studio.backend.face import Run, StudioController, Visitor
+from studio.ui import handlers
+from studio.ui.file_links import FileLinks
+from studio.ui.identity import PageAccess
+
+WAIT_POLL_S = 0.25
+MAX_WAIT_S = 3600.0
+
+
+def run_record(run: Run, links: FileLinks, request: gr.Request | None) -> dict[str, Any]:
+    """A run as a program reads it."""
+    counts = Counter(str(view.state) for view in run.views)
+    return {
+        "run_id": run.id,
+        "finished": run.finished,
+        "states": dict(counts),
+        "requests": [
+            {
+                "id": view.id,
+                "position": view.position,
+                "prompt": view.request.prompt,
+                "state": str(view.state),
+                "progress": round(view.progress, 1),
+                "seed": view.request.seed,
+                "error": view.error,
+                "video_path": str(view.video_path) if view.video_path else None,
+                "video_url": links.url(view.video_path, request) if view.video_path else None,
+                "sidecar_url": links.url(view.sidecar_path, request) if view.sidecar_path else None,
+            }
+            for view in run.views
+        ],
+    }
+
+
+def _visible_run(controller: StudioController, run_id: str, visitor: Visitor) -> Run:
+    """The run named, where the visitor may see it; else the same refusal whether it exists or not."""
+    run = next((run for run in controller.board.runs if run.id == (run_id or "").strip()), None)
+    if run is None or not (visitor.operator or run.visitor.id == visitor.id):
+        raise gr.Error(f"no run {str(run_id)[:40]!r} of yours in this studio session", print_exception=False)
+    return run
+
+
+def build_api(controller: StudioController, access: PageAccess, links: FileLinks) -> None:
+    """The API-only endpoints, inside the page's Blocks."""
+
+    @gr.api(api_name="submit_run", concurrency_limit=None)
+    async def submit_run(
+        prompts: str,
+        tier: str = "256p",
+        aspect: str = "16:9",
+        frames: int | None = None,
+        fps: int | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+        seed: str = "",
+        seed_policy: str = "fixed",
+        copies: int = 1,
+        concurrency: int = 1,
+        guardrails: bool = True,
+        negative_prompt: str = "",
+        image_url: str = "",
+        request: gr.Request = None,  # type: ignore[assignment]  # given by Gradio
+        profile: gr.OAuthProfile | None = None,
+    ) -> dict[str, Any]:
+        """Queue a run: one video per prompt (a line each) and copy. Answers the run's record."""
+        visitor = access.require(request, profile)
+        form = {
+            "prompts": prompts,
+            "tier": tier,
+            "aspect": aspect,
+            "frames": frames,
+            "fps": fps,
+            "steps": steps,
+            "guidance": guidance,
+            "seed": seed,
+            "seed_policy": seed_policy,
+            "copies": copies,
+            "concurrency": concurrency,
+            "guardrails": guardrails,
+            "negative_prompt": negative_prompt,
+            "image_url": image_url,
+        }
+        submitted = await handlers.submit_run(controller, form, visitor)
+        if submitted.run is None:
+            raise gr.Error(f"cannot generate: {submitted.refusal}", print_exception=False)
+        record = run_record(submitted.run, links, request)
+        return {**record, "note": submitted.note}
+
+    @gr.api(api_name="run_status", concurrency_limit=None)
+    def run_status(
+        run_id: str,
+        request: gr.Request = None,  # type: ignore[assignment]
+        profile: gr.OAuthProfile | None = None,
+    ) -> dict[str, Any]:
+        """A run's record now."""
+        visitor = access.require(request, profile)
+        return run_record(_visible_run(controller, run_id, visitor), links, request)
+
+    @gr.api(api_name="wait_run", concurrency_limit=None)
+    async def wait_run(
+        run_id: str,
+        timeout_s: float = 600.0,
+        request: gr.Request = None,  # type: ignore[assignment]
+        profile: gr.OAuthProfile | None = None,
+    ) -> dict[str, Any]:
+        """The run's record once it has finished, or when `timeout_s` (at most an hour) has passed."""
+        visitor = access.require(request, profile)
+        run = _visible_run(controller, run_id, visitor)
+        try:
+            async with asyncio.timeout(min(max(0.0, float(timeout_s)), MAX_WAIT_S)):
+                while not run.finished:
+                    await asyncio.sleep(WAIT_POLL_S)
+        except TimeoutError:
+            pass  # the record says it has not finished
+        return run_record(run, links, request)
