@@ -412,6 +412,40 @@ class JobDeleted(BaseModel):
     object: Literal["video.deleted"] = "video.deleted"
 
 
+# ---- the studio's extension: a job's events (GET /v1/videos/{video_id}/events, server-sent events) -------------
+# Not in vLLM-Omni's contract (docs/compatibility.md): the embedded engine offers it, and the studio follows it where
+# the server offers it, and polls where it does not.
+EVENTS_MEDIA_TYPE = "text/event-stream"
+
+
+class EventType(StrEnum):
+    PROGRESS = "progress"  # a denoising step done: ProgressEvent
+    STATUS = "status"  # the job's record, whenever its state changes: JobRecord
+    PREVIEW = "preview"  # an image of the job's current estimate of the video: PreviewEvent
+
+
+class ProgressEvent(BaseModel):
+    """A denoising step of one job, as the device finished it."""
+
+    step: int = Field(ge=0, description="steps done")
+    total_steps: int = Field(ge=1)
+    progress: int = Field(ge=0, le=100, description="as the job record's progress")
+    elapsed_s: float = Field(ge=0, description="since the job's denoising began")
+    step_s: float | None = Field(default=None, ge=0, description="the last step's time, from the step before it")
+
+
+class PreviewEvent(BaseModel):
+    """What the job's video looks like at `step`: a small image, as a data URL (image/webp or image/jpeg)."""
+
+    step: int = Field(ge=0)
+    image: str = Field(pattern=r"^data:image/(webp|jpeg|png);base64,")
+
+
+def server_sent_event(kind: EventType, data: BaseModel) -> bytes:
+    """One event of a stream, as text/event-stream frames it."""
+    return f"event: {kind.value}\ndata: {data.model_dump_json()}\n\n".encode()
+
+
 # ---- errors -------------------------------------------------------------------------------------------------
 class ErrorInfo(BaseModel):
     message: str

@@ -276,10 +276,12 @@ async def _send_and_report(
                 for view in run.views
             }
             async for update in run.updates():
+                # Steps where the server tells them (the embedded engine's events), else its percentage alone.
+                steps = f" step {update.step}/{update.total_steps}" if update.total_steps else ""
                 bar.update(
                     tasks[update.id],
                     completed=update.progress,
-                    description=f"{_label(update, count)}{update.request.size}: {update.state}",
+                    description=f"{_label(update, count)}{update.request.size}: {update.state}{steps}",
                 )
         failed = 0
         for view in run.views:

@@ -17,16 +17,18 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from studio.engine.events import job_events
 from studio.engine.generation_types import GenerationParams
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
 from studio.engine.warmup import Warmup
 from studio.protocol import (
+    EVENTS_MEDIA_TYPE,
     RANDOM_SEED_BOUND,
     EngineExtraParams,
     ErrorResponse,
@@ -246,6 +248,16 @@ def create_app(state: EngineState) -> FastAPI:
         # A failed job is answered with its error's code, as vLLM-Omni does.
         status = int((job.error or {}).get("code") or 500) if job.status is JobStatus.FAILED else 200
         return answer(job.record(), status)
+
+    @app.get("/v1/videos/{video_id}/events")
+    async def video_events(video_id: str) -> Response:
+        """The job's progress at each step and its record at each change of state, as server-sent events (the
+        studio's extension: docs/compatibility.md); the stream ends once the job has finished."""
+        job = job_or_404(video_id)
+        events = job_events(job.id, state.manager.watch, job.progress_event, job.record)
+        # No caching and no proxy buffering: each event is worth its moment.
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(events, media_type=EVENTS_MEDIA_TYPE, headers=headers)
 
     @app.get("/v1/videos/{video_id}/content")
     async def video_content(video_id: str) -> Response:

@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from studio.engine.encoding import StreamedEncode
+from studio.engine.events import JobWatch
 from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.metrics import EngineMetrics
 from studio.engine.warmup import Warmup
 from studio.media import VideoInfo, encode_mp4
-from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus
+from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus, ProgressEvent
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,36 @@ class Job:
     encode_detail: dict[str, float] | None = None  # where an encode beside the decode spent its time after it
     queued_at: float = 0.0  # time.monotonic() when submitted
     batch_size: int | None = None  # how many jobs shared its denoising loop
+    # Its denoising steps as the device finished them (time.perf_counter()), for its events.
+    step: int = 0
+    total_steps: int | None = None
+    denoise_began: float | None = None
+    last_step_at: float | None = None
+    last_step_s: float | None = None
+
+    def stepped(self, done: int, total: int) -> None:
+        """A denoising step finished (called on the worker thread, as the loop reports it)."""
+        now = time.perf_counter()
+        if self.denoise_began is None:
+            self.denoise_began = now
+        before = self.last_step_at if self.last_step_at is not None else self.denoise_began
+        self.step, self.total_steps = done, total
+        self.last_step_s = now - before if done > 0 else None
+        self.last_step_at = now
+        self.progress = int(DENOISE_SHARE * done / total)
+
+    def progress_event(self) -> ProgressEvent | None:
+        """Its latest step, as its events say it; None before its first."""
+        if self.total_steps is None or self.denoise_began is None:
+            return None
+        elapsed = (self.last_step_at or self.denoise_began) - self.denoise_began
+        return ProgressEvent(
+            step=self.step,
+            total_steps=self.total_steps,
+            progress=self.progress,
+            elapsed_s=round(elapsed, 4),
+            step_s=None if self.last_step_s is None else round(self.last_step_s, 4),
+        )
 
     def fail(self, code: int, message: str) -> None:
         self.status, self.error = JobStatus.FAILED, {"code": code, "message": message}
@@ -157,6 +188,7 @@ class JobManager:
             else None
         )
         self._listeners: list[Callable[[Job], None]] = []
+        self.watch = JobWatch()  # the streams of jobs' events: woken when a job moves
         self.batches_run = 0  # batches started
 
     def start(self) -> None:
@@ -247,6 +279,7 @@ class JobManager:
                 if job.status is JobStatus.QUEUED:
                     job.fail(*CANCELLED)
                     job.done.set()
+            self.watch.moved(job.id)
             with self._queue_changed:
                 self._queue_changed.notify_all()
         stopped = job.done.wait(wait_s)
@@ -298,6 +331,8 @@ class JobManager:
                 for job in batch:
                     job.status, job.started_at, job.batch_size = JobStatus.IN_PROGRESS, started, len(batch)
                     self._running.add(job.id)
+            for job in batch:
+                self.watch.moved(job.id)
             if not batch:
                 continue
             self._update_gauges()
@@ -400,10 +435,10 @@ class JobManager:
                     self._fail(job, exc)
                     self._finished(job)
 
-    @staticmethod
-    def _progress_callback(job: Job) -> Callable[[int, int], None]:
+    def _progress_callback(self, job: Job) -> Callable[[int, int], None]:
         def on_step(done: int, total: int) -> None:
-            job.progress = int(DENOISE_SHARE * done / total)
+            job.stepped(done, total)
+            self.watch.moved(job.id)
 
         return on_step
 
@@ -478,6 +513,7 @@ class JobManager:
         with self._lock:
             self._running.discard(job.id)
         job.done.set()
+        self.watch.moved(job.id)
         self._update_gauges()
         for listener in self._listeners:
             try:

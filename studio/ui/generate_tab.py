@@ -237,6 +237,9 @@ def build_generate_tab(
     with gr.Row():
         cancel_id = gr.Textbox(label="Request id (select a row)", elem_id="cancel-id", scale=3)
         cancel_one = gr.Button("Cancel request", elem_id="cancel-one", scale=1)
+        # A request not yet started: earlier or later in its run (they start in the table's order).
+        move_up = gr.Button("Move up", elem_id="move-up", scale=1, size="sm")
+        move_down = gr.Button("Move down", elem_id="move-down", scale=1, size="sm")
     plots = figure_plots()
     seen_version = gr.State(-1)
     seen_finished = gr.State(-1)
@@ -270,6 +273,14 @@ def build_generate_tab(
         visitor = access.require(request, profile)
         async for line in handlers.cancel_request(board, request_id, visitor):
             yield line
+
+    @move_up.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="move_up")
+    def on_move_up(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str) -> str:
+        return handlers.move_request(board, request_id, later=False, by=access.require(request, profile))
+
+    @move_down.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="move_down")
+    def on_move_down(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str) -> str:
+        return handlers.move_request(board, request_id, later=True, by=access.require(request, profile))
 
     @requests.select(outputs=cancel_id, api_visibility="private")
     def on_request_select(evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None) -> str:

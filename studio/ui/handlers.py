@@ -293,6 +293,21 @@ async def cancel_request(board: RequestBoard, shown: str, by: Visitor = LOCAL_OP
     yield f"{markdown_text(tables.short(request_id))}: {_cancel_outcome([view])}"
 
 
+def move_request(board: RequestBoard, shown: str, later: bool, by: Visitor = LOCAL_OPERATOR) -> str:
+    """Move the selected request (not yet started) one place later or earlier among its run's: they start in that
+    order. Another visitor's request reads as no request at all."""
+    if not (shown or "").strip():
+        return "select a request in the table first (or type its id), then move it"
+    request_id = full_request_id(board, shown, None if by.operator else by)
+    if request_id is None:
+        return f"no request with id {markdown_text((shown or '').strip())!r}"
+    refusal = board.move(request_id, later, by=by)
+    short = markdown_text(tables.short(request_id))
+    if refusal is not None:
+        return f"{short} not moved: {markdown_text(refusal)}"
+    return f"{short} moved {'down' if later else 'up'}: it starts {'after' if later else 'before'} its neighbour"
+
+
 # ---- History ---------------------------------------------------------------------------------------
 REQUEST_EXPORT_FIELDS = [
     "id",

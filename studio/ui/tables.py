@@ -120,6 +120,8 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
             note = "blocked by guardrails: " + note
         elif progress.estimated and not view.state.finished:
             note, percent = (NO_ESTIMATE, "–") if progress.eta_s is None else (ESTIMATED, percent)
+        elif view.total_steps and not view.state.finished:  # the server tells its steps (a job's events)
+            percent = f"{percent} · step {view.step}/{view.total_steps}"
         note = _answers_when_done_note(view, note)
         parts = latency_parts(view.timings)
         owner = [board.owner_name(view)] if scope is None else []

@@ -67,7 +67,7 @@ def test_generate_prints_the_mp4_path_last(tmp_path):
         (["--fps", "25"], "fps must be one of 10, 16, 24, 30"),
         (["--steps", "500"], "--steps must be from 1 to 200, got 500"),
         (["--seed", "-1"], "--seed must be from 0 to 9223372036854775807, got -1"),
-        (["--image-url", "ftp://img.example/cat.png"], "--image-url: must be an http:// or https:// address"),
+        (["--image-url", "ftp://img.example/cat.png"], "--image-url must be an http:// or https:// address"),
         (["--image-url", "https://img.example/cat.png"], "the embedded engine's models are text-to-video"),
         (["--image", "cat.png"], "the embedded engine's models are text-to-video"),
         (["--engine", "vllm-omni", "--image", "missing.png"], "--image: no image file at 'missing.png'"),

@@ -201,3 +201,29 @@ def test_an_idle_server_shows_no_queue_wait_and_its_own_inference_time(engine, t
     assert t.queue_wait_s <= t.queue_wait_max_s and t.queue_wait_s + t.inference_s <= t.server_s + 1e-6
     figures = t.as_dict()
     assert "lower bound" in figures["bounds"] and figures["queue_wait_max_s"] is not None
+
+
+def test_the_client_follows_the_engines_events_and_counts_its_steps(engine, tmp_path):
+    """The embedded engine offers a job's events: the client follows them (no polling), each step reaches the
+    request, and its timings are bounded as by polling."""
+    store = OutputStore(tmp_path / "outputs")
+    pool = EndpointPool.from_urls([engine.base_url], poll_interval_s=30.0)  # a poll would take 30 s: none happens
+    spec = RunSpec(prompts=["a red circle moving left"], tier="256p", aspect="1:1", frames=5, steps=7, concurrency=1)
+
+    async def main():
+        run = Run(spec, pool, store)
+        steps = []
+        async for view in run.updates():
+            if view.step is not None and (not steps or steps[-1] != view.step):
+                steps.append(view.step)
+        await pool.close()
+        return run, steps
+
+    started = time.monotonic()
+    run, steps = asyncio.run(main())
+    (view,) = run.views
+    assert view.state is RequestState.DONE and time.monotonic() - started < 30
+    assert pool.endpoints[0].client.events_offered is True
+    assert steps == sorted(steps) and steps[-1] == 7 and view.total_steps == 7
+    t = view.timings
+    assert t.sent <= t.accepted <= t.first_running <= t.completed and t.inference_s > 0

@@ -221,7 +221,7 @@ def test_generate_refuses_an_image_the_server_cannot_take_and_sends_nothing(tmp_
         upload = studio_cli("generate", "x", "--image", str(host.png), *common)
         bodies = server.bodies()
     assert not_http.returncode == 2 and no_scheme.returncode == 2 and upload.returncode == 2
-    assert "--image-url: must be an http:// or https:// address the server can fetch" in not_http.stderr
+    assert "--image-url must be an http:// or https:// address the server can fetch" in not_http.stderr
     assert "'first-frame.png'" in no_scheme.stderr
     assert NO_UPLOAD in upload.stderr and "--image-url" in NO_UPLOAD
     assert not_http.stdout == no_scheme.stdout == upload.stdout == ""
@@ -348,7 +348,7 @@ def test_the_page_generates_shows_blocks_and_cancels_on_the_server(tmp_path):
             client = Client(studio.url, verbose=False)
             # What the server cannot take is refused in the status line, and nothing is sent.
             for refused, message in (
-                ({"image_url": "ftp://127.0.0.1/first-frame.png"}, "image URL: must be an http:// or https:// address"),
+                ({"image_url": "ftp://127.0.0.1/first-frame.png"}, "image URL must be an http:// or https:// address"),
                 ({"image_url": "first-frame.png"}, "got 'first-frame.png'"),
                 ({"image": handle_file(str(host.png))}, NO_UPLOAD),
             ):

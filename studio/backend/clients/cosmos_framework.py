@@ -48,7 +48,15 @@ from studio.backend.engine_kinds import GUARDRAILS_AT_START as GUARDRAILS_AT_STA
 from studio.backend.engine_kinds import LATENCY_ONLY as LATENCY_ONLY
 from studio.backend.engine_kinds import NO_CANCEL, NO_UPLOAD
 from studio.backend.engine_kinds import NO_PROGRESS as NO_PROGRESS
-from studio.protocol import JobError, JobRecord, JobStatus, VideoRequest, error_message, is_guardrail_block
+from studio.protocol import (
+    JobError,
+    JobRecord,
+    JobStatus,
+    ProgressEvent,
+    VideoRequest,
+    error_message,
+    is_guardrail_block,
+)
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +198,7 @@ class CosmosFrameworkClient(ServerClient):
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
         on_accepted: Callable[[JobRecord], None] | None = None,
+        on_step: Callable[[ProgressEvent], None] | None = None,  # never called: the server tells no steps
     ) -> JobOutcome:
         """POST /generate and wait for the answer (at most `timeout_s`), then download the mp4 to `dest`.
         Cancelling the task stops the waiting only: the server has no cancel and finishes the video."""
@@ -339,6 +348,7 @@ class CosmosFrameworkClient(ServerClient):
         on_update: UpdateCallback | None = None,
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
+        on_step: Callable[[ProgressEvent], None] | None = None,  # never called: the server tells no steps
     ) -> JobOutcome:
         """A request of an earlier studio cannot be followed: there is no job to ask about."""
         raise ClientError(NO_FOLLOW_UP)

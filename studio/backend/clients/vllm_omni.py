@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import sys
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable
@@ -20,19 +21,26 @@ from typing import Any, Self
 import httpx
 from pydantic import ValidationError
 
+from studio.backend.clients.events import server_events
 from studio.backend.clients.http import async_client, tls_context
 from studio.protocol import (
+    EventType,
     JobRecord,
     JobStatus,
+    ProgressEvent,
     VideoRequest,
     error_message,
     job_record_from_body,
 )
 
+log = logging.getLogger(__name__)
+
 # A queued job is polled less and less often while it waits (up to every 1 s): many jobs queued at a server must
 # not flood it. A running one is polled at the set interval: a server runs few at once, and its completion is
 # what the user waits for.
 QUEUED_POLL_CAP_S = 1.0
+# A job's events go silent for at most 15 s (the engine's keep-alive); silence longer than this ends the stream.
+EVENTS_SILENCE_S = 60.0
 # Below that cap, queued jobs back off only as far as keeps their polls to about this many a second in all
 # (16 queued jobs: every 0.32 s; 64: every 1 s): a short queue is seen moving at once, a long one stays cheap.
 QUEUED_POLLS_PER_S = 50.0
@@ -324,6 +332,9 @@ class VideoClient(ServerClient):
         # One SDK client per event loop: its connection pool belongs to the loop that opened it.
         self._clients: dict[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = {}
         self._following = 0  # jobs being polled through this client now
+        # Whether the server offers a job's events (the embedded engine does; vLLM-Omni has no such route): None
+        # until the first job tells.
+        self.events_offered: bool | None = None
 
     @property
     def _sdk(self) -> openai.AsyncOpenAI:
@@ -397,8 +408,9 @@ class VideoClient(ServerClient):
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
         on_accepted: Callable[[JobRecord], None] | None = None,
+        on_step: StepCallback | None = None,
     ) -> JobOutcome:
-        """Create, poll until finished, download. Cancelling the task DELETEs the job on the server."""
+        """Create, follow until finished, download. Cancelling the task DELETEs the job on the server."""
         timings = timings or RequestTimings()
         timings.sent = time.time()
         timings.last_unfinished = None
@@ -406,7 +418,65 @@ class VideoClient(ServerClient):
         timings.accepted = time.time()
         if on_accepted is not None:
             on_accepted(record)
-        return await self.follow(record, dest, on_update, timeout_s, timings)
+        return await self.follow(record, dest, on_update, timeout_s, timings, on_step)
+
+    async def _follow_events(
+        self,
+        record: JobRecord,
+        on_update: UpdateCallback | None,
+        on_step: StepCallback | None,
+        deadline: float,
+        timings: RequestTimings,
+    ) -> JobRecord | None:
+        """The job followed by its events (GET /v1/videos/{id}/events) until it finishes or the stream breaks off:
+        the last record it gave; None where the server offers no events (the caller polls). Each event arrives as
+        it happens, so its arrival bounds the job's instants on both sides."""
+        if self.events_offered is False or record.finished:
+            return None
+        url = f"{self.base_url}/videos/{record.id}/events"
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        # A server that says nothing for this long (it sends a comment every 15 s) has gone: polling finds out how.
+        timeout = httpx.Timeout(max(1.0, min(EVENTS_SILENCE_S, deadline - time.monotonic())), connect=10.0)
+        try:
+            async with (
+                httpx.AsyncClient(timeout=timeout, verify=tls_context()) as http,
+                http.stream("GET", url, headers=headers) as response,
+            ):
+                if response.status_code == 404:
+                    # No such route (FastAPI's own answer: vLLM-Omni): this server offers no events. A job it does
+                    # not know (an earlier studio's, a restarted server) is polling's to tell.
+                    if (await response.aread()).strip() == b'{"detail":"Not Found"}':
+                        self.events_offered = False
+                    return None
+                if response.status_code != 200:
+                    return None
+                self.events_offered = True
+                async for kind, data in server_events(response.aiter_lines()):
+                    now = time.time()
+                    if kind == EventType.PROGRESS:
+                        step = ProgressEvent.model_validate_json(data)
+                        record = record.model_copy(update={"progress": step.progress})
+                        if timings.first_running is None:
+                            timings.first_running = now
+                        timings.last_unfinished = now
+                        if on_step is not None:
+                            on_step(step)
+                    elif kind == EventType.STATUS:
+                        record = JobRecord.model_validate_json(data)
+                        if not record.finished:
+                            timings.last_unfinished = now
+                        if record.status is JobStatus.QUEUED:
+                            timings.last_queued = now
+                        elif record.status is JobStatus.IN_PROGRESS and timings.first_running is None:
+                            timings.first_running = now
+                    else:
+                        continue
+                    await notify(on_update, record)
+                    if record.finished or time.monotonic() > deadline:
+                        break
+        except (httpx.HTTPError, ValidationError) as exc:  # polling takes over from the last record seen
+            log.info("job %s: its events broke off (%s); polling it", record.id, exc)
+        return record
 
     def _queued_poll_cap(self) -> float:
         return min(QUEUED_POLL_CAP_S, max(self.poll_interval_s, self._following / QUEUED_POLLS_PER_S))
@@ -418,9 +488,11 @@ class VideoClient(ServerClient):
         on_update: UpdateCallback | None = None,
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
+        on_step: StepCallback | None = None,
     ) -> JobOutcome:
-        """Poll a job the server already has until it finishes, then download it (also after a restart of
-        the studio: the job is found again by its id)."""
+        """Follow a job the server already has until it finishes, then download it (also after a restart of the
+        studio: the job is found again by its id): by its events where the server offers them (each step reaches
+        `on_step`), else by polling."""
         timings = timings or RequestTimings()
         await notify(on_update, record)
         deadline = time.monotonic() + timeout_s
@@ -430,6 +502,9 @@ class VideoClient(ServerClient):
         mark = (time.monotonic(), record.progress if record.status is JobStatus.IN_PROGRESS else 0.0)
         self._following += 1
         try:
+            followed = await self._follow_events(record, on_update, on_step, deadline, timings)
+            if followed is not None:
+                record = followed  # where the stream broke off, polling goes on from what it said last
             while not record.finished:
                 if time.monotonic() > deadline:
                     await self._quiet_cancel(record.id)
@@ -509,6 +584,9 @@ class VideoClient(ServerClient):
         if record is not None:
             return record
         raise RequestRejected(f"HTTP {exc.status_code}: {self._message(exc)}", exc.status_code) from exc
+
+
+StepCallback = Callable[[ProgressEvent], None]
 
 
 async def notify(callback: UpdateCallback | None, record: JobRecord) -> None:

@@ -137,6 +137,17 @@ class RequestBoard:
             raise NotYours(f"request {request_id!r} is not yours to cancel")
         return run.cancel(view.id)
 
+    def move(self, request_id: str, later: bool, by: Visitor = LOCAL_OPERATOR) -> str | None:
+        """Move a request not yet started one place later (or earlier) in its run's order; None where it moved,
+        else why not. Raises NotYours where it is another visitor's and `by` is no operator."""
+        found = self.find(request_id)
+        if not found:
+            return "no such request"
+        run, view = found
+        if not (by.operator or view.visitor_id == by.id):
+            raise NotYours(f"request {request_id!r} is not yours to move")
+        return run.move_threadsafe(view.id, later)
+
     def cancel_all(self, by: Visitor = LOCAL_OPERATOR, everyone: bool = False) -> int:
         """Cancel `by`'s unfinished requests; an operator may cancel `everyone`'s."""
         mine_only = not (everyone and by.operator)

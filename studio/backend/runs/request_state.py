@@ -60,6 +60,9 @@ class RequestView:
     finished_at: float | None = None
     resubmissions: int = 0  # times it was sent again after its server restarted without having started it
     visitor_id: str = LOCAL_OPERATOR.id  # whose request it is
+    # Its denoising steps, where the server tells them (a job's events): None where it tells only a percentage.
+    step: int | None = None
+    total_steps: int | None = None
 
     # ---- what it is --------------------------------------------------------------------------------
     @property
@@ -162,6 +165,11 @@ class RequestView:
         elif record.status is JobStatus.COMPLETED:
             self.state = RequestState.DOWNLOADING
         self.progress = float(record.progress)
+
+    def stepped(self, step: int, total_steps: int) -> None:
+        """A denoising step of its job, as the server's events tell it (the record's progress follows as well)."""
+        self.step, self.total_steps = step, total_steps
+        self.server_progress_is_real = True
 
     def requeue(self) -> None:
         """Its server lost the job before starting it: back to waiting in the studio, to be sent again."""

@@ -50,6 +50,10 @@ def _outcome(view: RequestView) -> dict[str, Any]:
     }
 
 
+# How long a move handed to another thread's loop is waited for (it is a swap in a list).
+MOVE_WAIT_S = 5.0
+
+
 class Run:
     """Executes a RunSpec against an endpoint pool; results go to the store before they are reported."""
 
@@ -94,6 +98,8 @@ class Run:
         self.restart_wait_s = restart_wait_s
         self._tasks: dict[str, asyncio.Task] = {}  # of the requests that took a slot of the run
         self._send_turns: dict[str, asyncio.Lock] = {}  # per server: whose turn it is to be sent there
+        self._scanned = 0  # where _next_to_start looks first: every request before it is started or settled
+        self._arrival_queue: list[RequestView] | None = None  # at a request rate: those still to arrive, last first
         self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
         self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(spec.concurrency)
@@ -297,9 +303,7 @@ class Run:
         try:
             # An endpoint that went down is probed while the run lasts and comes back when healthy.
             async with self.pool.health_watched():
-                for view in self._in_arrival_order():
-                    if view.state.finished:  # cancelled before its turn came
-                        continue
+                while (view := self._next_to_start()) is not None:
                     if self.arrivals is not None:
                         # Open loop: released `arrivals[i]` seconds after the run started; latency counts from then,
                         # also while the run's slots are all taken.
@@ -319,11 +323,64 @@ class Run:
         finally:
             self._updates.put_nowait(None)
 
-    def _in_arrival_order(self) -> list[RequestView]:
-        if self.arrivals is None:
-            return list(self.views)
-        arrivals = self.arrivals
-        return sorted(self.views, key=lambda view: arrivals[view.position])
+    def _next_to_start(self) -> RequestView | None:
+        """The next request to take a slot of the run: in a closed loop, the first in the run's order (which the
+        visitor may change: move) still waiting and not started; at a request rate, the next to arrive."""
+        if self.arrivals is not None:
+            if self._arrival_queue is None:
+                arrivals = self.arrivals
+                self._arrival_queue = sorted(self.views, key=lambda view: arrivals[view.position], reverse=True)
+            while self._arrival_queue:
+                view = self._arrival_queue.pop()
+                if not view.state.finished:  # cancelled before its turn came
+                    return view
+            return None
+        for index in range(self._scanned, len(self.views)):
+            view = self.views[index]
+            # Not started and not settled: waiting in the studio, or (an earlier studio's) queued at its server.
+            if view.id not in self._tasks and not view.state.finished:
+                self._scanned = index  # those before it are started or settled: never looked at again
+                return view
+        self._scanned = len(self.views)
+        return None
+
+    def movable(self, view: RequestView) -> bool:
+        """Not yet started (it waits for a slot of the run), in a run whose order is the user's (closed loop)."""
+        return self.arrivals is None and view.state is RequestState.WAITING and view.id not in self._tasks
+
+    def move_threadsafe(self, request_id: str, later: bool) -> str | None:
+        """move, from any thread: on the run's own event loop (a moment's wait where that is another thread's)."""
+        main = self._main
+        if main is None or main.done():
+            return self.move(request_id, later)
+        loop = main.get_loop()
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            return self.move(request_id, later)
+        moved: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+        loop.call_soon_threadsafe(lambda: moved.set_result(self.move(request_id, later)))
+        return moved.result(timeout=MOVE_WAIT_S)
+
+    def move(self, request_id: str, later: bool) -> str | None:
+        """Move a request not yet started one place earlier or later among the run's requests not yet started
+        (they start in that order); None where it moved, else why not. On the run's event loop."""
+        view = self._by_id.get(request_id)
+        if view is None or not self.movable(view):
+            return "only a request that has not started yet can be moved"
+        index = self.views.index(view)
+        step = 1 if later else -1
+        other = index + step
+        while 0 <= other < len(self.views) and not self.movable(self.views[other]):
+            other += step
+        if not 0 <= other < len(self.views):
+            return f"it is the {'last' if later else 'first'} of the run's requests waiting to start"
+        self.views[index], self.views[other] = self.views[other], self.views[index]
+        self._scanned = min(self._scanned, index, other)
+        self._emit(view)
+        return None
 
     def _ended(self, view: RequestView, _task: asyncio.Task) -> None:
         """A request's task is over: its slot goes to the next request. One cancelled before its task began is
@@ -437,6 +494,7 @@ class Run:
                 timeout_s=self.request_timeout_s,
                 timings=view.timings,
                 on_accepted=accepted,
+                on_step=lambda step: view.stepped(step.step, step.total_steps),
             )
 
         try:
@@ -458,6 +516,7 @@ class Run:
                     on_update=lambda update: self._track(view, update),
                     timeout_s=self.request_timeout_s,
                     timings=view.timings,
+                    on_step=lambda step: view.stepped(step.step, step.total_steps),
                 ),
                 failure_prefix=recovery.failure_prefix,
             )
