@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -55,7 +56,7 @@ def open_page(browser, url: str, account: str):
     page = context.new_page()
     page.goto(url)
     page.locator("#who").get_by_text(user).wait_for(timeout=60_000)
-    page.locator("#engine-status").get_by_text("ready at").wait_for(timeout=180_000)
+    page.locator("#engine-status").get_by_text(re.compile(r"\bready\b")).wait_for(timeout=180_000)
     return page
 
 

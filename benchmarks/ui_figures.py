@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -75,7 +76,7 @@ def main() -> int:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 page = browser.new_page()
                 page.goto(studio.url)
-                page.locator("#engine-status").get_by_text("ready at").wait_for(timeout=180_000)
+                page.locator("#engine-status").get_by_text(re.compile(r"\bready\b")).wait_for(timeout=180_000)
                 page.evaluate(OBSERVER)
                 # 1. completion to screen
                 fill(page, "a red circle moving left", frames=9, steps=4, copies=args.videos, concurrency=1)
