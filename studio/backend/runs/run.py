@@ -97,7 +97,6 @@ class Run:
         self.resubmit_unstarted = resubmit_unstarted
         self.restart_wait_s = restart_wait_s
         self._tasks: dict[str, asyncio.Task] = {}  # of the requests that took a slot of the run
-        self._send_turns: dict[str, asyncio.Lock] = {}  # per server: whose turn it is to be sent there
         self._scanned = 0  # where _next_to_start looks first: every request before it is started or settled
         self._arrival_queue: list[RequestView] | None = None  # at a request rate: those still to arrive, last first
         self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
@@ -465,27 +464,10 @@ class Run:
         """Create the job on `endpoint` (already acquired) and see it through. Raises ServerUnreachable where
         the endpoint cannot be reached, for the caller to try elsewhere or recover."""
 
-        # A run's requests reach each server in their order: the next is sent there once this one is accepted
-        # (its POST answered, a few milliseconds), so that two sent at once cannot overtake each other on the way
-        # and the server queues them as the user gave them.
-        turn = self._send_turns.setdefault(endpoint.url, asyncio.Lock())
-        await turn.acquire()
-        accepted_once = False
-
-        def let_the_next_go() -> None:
-            nonlocal accepted_once
-            if not accepted_once:
-                accepted_once = True
-                turn.release()
-
         def create() -> Awaitable[JobOutcome]:
             view.send_to(endpoint.url)
             self.recorder.sent(view)
             self._emit(view)
-
-            def accepted(record: JobRecord) -> None:
-                let_the_next_go()
-                self._accept(view, record)
 
             return endpoint.client.run(
                 view.request,
@@ -493,14 +475,11 @@ class Run:
                 on_update=lambda record: self._track(view, record),
                 timeout_s=self.request_timeout_s,
                 timings=view.timings,
-                on_accepted=accepted,
+                on_accepted=lambda record: self._accept(view, record),
                 on_step=lambda step: view.stepped(step.step, step.total_steps),
             )
 
-        try:
-            await self._see_through(view, endpoint, create, unreachable_raises=True)
-        finally:
-            let_the_next_go()  # refused, unreachable or cancelled before it was accepted
+        await self._see_through(view, endpoint, create, unreachable_raises=True)
 
     async def _recover(self, view: RequestView, recovery: Recovery) -> bool:
         """Act on a recovery. True: the request is to be sent again; False: it is settled here."""
