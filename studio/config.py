@@ -95,6 +95,29 @@ class EmbeddedEngineSettings(BaseModel):
     blocklist: Path = Field(
         title="Guardrail blocklist", default=DEFAULT_BLOCKLIST, description="the guardrail's blocklist file"
     )
+    engine_previews: bool = Field(
+        title="Previews",
+        default=True,
+        description="the embedded engine makes previews of each job as it denoises (its events and "
+        "/v1/videos/{id}/preview)",
+    )
+    engine_preview_interval_s: float = Field(
+        title="Preview interval (s)",
+        default=0.5,
+        ge=0,
+        le=60,
+        description="least seconds between two previews of one job of the embedded engine (one comes at the last "
+        "step regardless)",
+    )
+    engine_step_cache: Literal["off", "reuse", "taylor"] = Field(
+        title="Step cache",
+        default="off",
+        description="the embedded engine skips some denoising steps and estimates them from the computed ones "
+        "(reuse: the last; taylor: the line through the last two); off: every step exact; Wan pipelines only",
+    )
+    engine_step_cache_interval: int = Field(
+        title="Step cache interval", default=2, ge=1, le=8, description="one step computed in every N (step cache)"
+    )
 
 
 class ServerLevers(BaseModel):
@@ -669,6 +692,34 @@ class EngineSettings(BaseSettings):
         default=None, ge=0, le=16, description="threads encoding mp4s beside the next batch (default: 8 on a GPU)"
     )
     text_cache_size: int = Field(default=64, ge=0, description="prompt embeddings kept for reuse")
+    # A job's previews (studio/engine/previews.py): in its events and at GET /v1/videos/{id}/preview.
+    previews: bool = Field(
+        default=True,
+        description="make small previews of each job as it denoises (a request can turn its own off with "
+        'extra_params {"previews": false})',
+    )
+    preview_interval_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="least seconds between two previews of one job; one comes at the last step regardless",
+    )
+    # Fewer transformer calls per video (studio/engine/step_cache.py): off keeps every step exact.
+    step_cache: Literal["off", "reuse", "taylor"] = Field(
+        default="off",
+        description="skip some denoising steps and estimate their prediction from the computed ones: reuse "
+        "(the last one) or taylor (the line through the last two); a request can choose its own with "
+        'extra_params {"step_cache": ...}; Wan pipelines (the engine\'s own loop) only',
+    )
+    step_cache_interval: int = Field(
+        default=2, ge=1, le=8, description="with a step cache: one step computed in every N after the first steps"
+    )
+    step_cache_warm_fraction: float = Field(
+        default=0.2, ge=0, le=1, description="with a step cache: this share of the steps, from the first, computed"
+    )
+    step_cache_final_steps: int = Field(
+        default=1, ge=0, le=50, description="with a step cache: the last N steps computed"
+    )
 
     # One request across several GPUs (the engine starts a process per GPU; it serves from the first).
     cfg_parallel_size: int = Field(

@@ -293,6 +293,17 @@ class EngineExtraParams(BaseModel):
     use_duration_template: bool | None = Field(
         default=None, description="Cosmos 3: add the duration prompt suffix; for a pipeline that takes it."
     )
+    previews: bool = Field(
+        default=True,
+        description="False: the engine makes no previews of this request (none are made where the server has them "
+        "off). The engine's own switch; never passed to the pipeline.",
+    )
+
+    step_cache: Literal["off", "reuse", "taylor"] | None = Field(
+        default=None,
+        description="This request's step cache (the server's --step-cache where not sent): off computes every "
+        "step; reuse and taylor skip some and estimate them. The engine's own; never passed to the pipeline.",
+    )
 
     @classmethod
     def of_request(cls, extra: Mapping[str, Any]) -> Self:
@@ -306,7 +317,7 @@ class EngineExtraParams(BaseModel):
 
     def pipeline_params(self) -> dict[str, Any]:
         """The keys that go to the pipeline (where its call takes them): those sent, less the engine's own."""
-        return self.model_dump(exclude_none=True, exclude={"guardrails"})
+        return self.model_dump(exclude_none=True, exclude={"guardrails", "previews", "step_cache"})
 
 
 class _EngineExtraField(BaseModel):
@@ -373,6 +384,9 @@ class JobRecord(BaseModel):
     # The embedded engine's own: the model made another size and the frames were resized. Left out when unset, so
     # the record has vLLM-Omni's fields and no others.
     native_size: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    # The embedded engine's own: the speed levers that changed how this job was made (a step cache); left out
+    # where none did, so that an exact job's record is vLLM-Omni's.
+    levers: dict[str, str] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("seconds", mode="before")
     @classmethod
@@ -416,6 +430,11 @@ class JobDeleted(BaseModel):
 # Not in vLLM-Omni's contract (docs/compatibility.md): the embedded engine offers it, and the studio follows it where
 # the server offers it, and polls where it does not.
 EVENTS_MEDIA_TYPE = "text/event-stream"
+# GET /v1/videos/{video_id}/preview: the step its image shows, and of how many (the studio's extension).
+PREVIEW_STEP_HEADER = "X-Preview-Step"
+PREVIEW_TOTAL_STEPS_HEADER = "X-Preview-Total-Steps"
+# The studio's extension: the order a client sent its POSTs in, "STREAM.SEQ" (docs/compatibility.md).
+ORDER_HEADER = "X-Omni-Studio-Order"
 
 
 class EventType(StrEnum):

@@ -42,7 +42,10 @@ GUARDRAILS_AT_START = (
     "guardrails are a start-up setting of the Cosmos Framework server (--guardrails / --no-guardrails); "
     "a request cannot change them"
 )
-NO_PREVIEWS = "no server shows frames while a video is made yet"
+NO_PREVIEWS = (
+    "this server sends no previews (only the studio's embedded engine does): its progress shows as it reports it"
+)
+NO_PREVIEWS_COSMOS = "the Cosmos Framework server sends no previews and no progress: the page estimates its progress"
 # Every synthetic job id of the Cosmos Framework client starts so: the studio tells that server's requests by it.
 COSMOS_FRAMEWORK_JOB_ID_PREFIX = "cosmos-framework-sync-"
 
@@ -253,6 +256,7 @@ EMBEDDED = EngineKind(
         # The engine refuses any reference (studio/engine/api.py).
         image=ImageInputs(upload=False, url=False, why_not=TEXT_TO_VIDEO_ONLY),
         queue_and_inference=CAN,
+        previews=CAN,  # its job's events carry them (docs/compatibility.md)
     ),
     # The embedded engine runs on a CPU by default, where a short clip keeps the first video quick.
     defaults=SamplingDefaults(frames=33),
@@ -304,6 +308,7 @@ COSMOS_FRAMEWORK = EngineKind(
         # vision_path, a URL or a path on its disk; no upload: docs cosmos-framework-serve-api.
         image=ImageInputs(upload=False, url=True, why_not=NO_UPLOAD),
         queue_and_inference=Capability(False, LATENCY_ONLY),
+        previews=Capability(False, NO_PREVIEWS_COSMOS),
     ),
     defaults=SamplingDefaults(),
     job_id_prefix=COSMOS_FRAMEWORK_JOB_ID_PREFIX,

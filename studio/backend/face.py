@@ -10,13 +10,16 @@ from __future__ import annotations
 from studio.backend.access import AccessError, AccessPolicy, on_space
 from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
 from studio.backend.bench.fleets import plan_bench
+from studio.backend.bench.plan import CapacityPlan, devices_text, make_plan, plan_lines, read_report, write_plan
+from studio.backend.bench.plan_inputs import DEFAULT_ATTAINMENT, PlanInputs
+from studio.backend.bench.plan_model import PlanError
 from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
 from studio.backend.bench.variants import VariantError, server_flags
 from studio.backend.controller import RunTooLarge, StudioController
 from studio.backend.engine_kinds import MANAGED_ENGINES, engine_kind
 from studio.backend.runs.board import RequestBoard
 from studio.backend.runs.fair_share import SLOTS_PER_SERVER, Standing
-from studio.backend.runs.problems import describe, field_bounds, frames_note
+from studio.backend.runs.problems import describe, field_bounds, frames_note, problems
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.run import Run
 from studio.backend.runs.spec import (
@@ -47,6 +50,7 @@ from studio.backend.servers.warmup import warmup_note, warmup_state
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 
 __all__ = [
+    "DEFAULT_ATTAINMENT",
     "LEVER_FLAGS",
     "LOCAL_OPERATOR",
     "MANAGED_ENGINES",
@@ -59,11 +63,14 @@ __all__ = [
     "AccessPolicy",
     "BenchConfig",
     "BenchConfigError",
+    "CapacityPlan",
     "InFlightClock",
     "LatencyParts",
     "LatencySummary",
     "LayoutError",
     "ManagedServer",
+    "PlanError",
+    "PlanInputs",
     "RayUnavailable",
     "RequestBoard",
     "RequestState",
@@ -83,6 +90,7 @@ __all__ = [
     "check_image_file",
     "count_range",
     "describe",
+    "devices_text",
     "engine_kind",
     "field_bounds",
     "frames_note",
@@ -90,14 +98,19 @@ __all__ = [
     "latency_parts",
     "latency_parts_from_record",
     "levers_missing",
+    "make_plan",
     "on_space",
     "parse_bench_config",
     "plan_bench",
+    "plan_lines",
     "port_is_free",
+    "problems",
+    "read_report",
     "scrape",
     "server_flags",
     "summarize",
     "throughput_so_far",
     "warmup_note",
     "warmup_state",
+    "write_plan",
 ]

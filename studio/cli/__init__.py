@@ -1,4 +1,4 @@
-"""`omni-studio ui | generate | bench | engine | doctor`.
+"""`omni-studio ui | generate | bench | plan | engine | doctor`.
 
 One module per command, each with `register(subparsers)` and `run(args) -> int`. Flags are built from the
 settings' fields (studio/settings_flags.py); each command imports its heavy parts inside `run`, so `--help`, a bad
@@ -27,9 +27,9 @@ class Subcommands(Protocol):
 
 
 def _commands() -> dict[str, ModuleType]:
-    from studio.cli import bench, doctor, engine, generate, ui
+    from studio.cli import bench, doctor, engine, generate, plan, ui
 
-    return {"ui": ui, "generate": generate, "bench": bench, "engine": engine, "doctor": doctor}
+    return {"ui": ui, "generate": generate, "bench": bench, "plan": plan, "engine": engine, "doctor": doctor}
 
 
 def build_parser() -> argparse.ArgumentParser:

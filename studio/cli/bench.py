@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -14,12 +15,30 @@ from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE, fail
 from studio.cli.studio_flags import add_engine_flags, add_group_flags, studio_settings
 from studio.config import ClientSettings, FleetSettings
-from studio.settings_flags import add_model_flags, model_values
+from studio.settings_flags import add_model_flags, flag_names, model_values
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from studio.backend.bench.fleets import Fleet
+    from studio.backend.bench.plan import CapacityPlan
 
 # Prompts and variants come from files here (--prompts FILE, --variants FILE: BenchCommand fields); the rest of
 # the form maps one to one.
 FROM_FILES = ("prompts", "variants")
 CONFIG_FIELDS = tuple(name for name in BenchConfig.model_fields if name not in FROM_FILES)
+# What a verification of a plan takes from the command line; the rest (tier, shape, rate, SLO) is the plan's.
+VERIFY_FIELDS = ("requests", "seed", "warmup", "layouts")
+VERIFY_COLUMNS = (
+    "fleet",
+    "rate/min",
+    "requests",
+    "done",
+    "within SLO: predicted",
+    "measured",
+    "p90 s: predicted",
+    "measured",
+)
 CONFIG_DEST = "bench_"  # BenchConfig.guardrails is not StudioSettings.guardrails (--server-guardrails)
 SUMMARY_COLUMNS = {
     "layout": "layout",
@@ -59,6 +78,18 @@ class BenchCommand(BaseModel):
         json_schema_extra={"flags": ("--variants",)},
     )
     out: Path = Field(description="report folder: report.json, requests.csv, summary.csv, PNG plots")
+    plan_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="videos per minute: a capacity plan at this rate from the bench's cells, in report.json and as "
+        "plan.json and plan.png beside it (needs --slo-seconds; omni-studio plan makes one from any report)",
+    )
+    verify_plan: Path | None = Field(
+        default=None,
+        description="a plan.json of omni-studio plan: its recommended fleet (or those of --layouts) run at the "
+        "plan's rate, open loop, with the plan's tier, shape, SLO and in-flight slots, --requests requests (default: "
+        "the plan's); predicted and measured attainment and p90 side by side, and in report.json",
+    )
 
 
 def register(sub: Subcommands) -> None:
@@ -98,6 +129,35 @@ def _config(args: argparse.Namespace, command: BenchCommand) -> BenchConfig:
     return parse_bench_config(values)
 
 
+def _verify_config(args: argparse.Namespace, command: BenchCommand) -> tuple[BenchConfig, CapacityPlan]:
+    """The bench of a plan's verification: the plan's fleets, rate, tier and shape; --requests, --seed, --warmup
+    and --layouts (which of its fleets) from the command line. BenchConfigError or PlanError say what is wrong."""
+    from studio.backend.bench.plan import load_plan, verify_config, verify_labels
+
+    given = model_values(args, BenchConfig, CONFIG_FIELDS, dest_prefix=CONFIG_DEST)
+    others = [name for name in given if name not in VERIFY_FIELDS]
+    if others or command.prompts_file or command.variants_file or command.plan_rate:
+        name = (
+            others[0] if others else "prompts" if command.prompts_file else "variants" if command.variants_file else ""
+        )
+        flag = flag_names(name, BenchConfig.model_fields[name])[0] if name else "--plan-rate"
+        raise BenchConfigError(
+            f"--verify-plan runs the plan's tier, shape, rate and SLO; leave out {flag} (it takes --requests, "
+            "--seed, --warmup and --layouts)"
+        )
+    assert command.verify_plan is not None
+    plan = load_plan(command.verify_plan)
+    layouts = (
+        [str(layout) for layout in parse_bench_config({"layouts": given["layouts"]}).layouts]
+        if "layouts" in given
+        else None
+    )
+    values = verify_config(plan, verify_labels(plan, layouts), given.get("requests"), given.get("seed"))
+    if "warmup" in given:
+        values["warmup"] = given["warmup"]
+    return parse_bench_config(values), plan
+
+
 def _cell(value: object) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
@@ -107,12 +167,23 @@ def _cell(value: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from studio.backend.bench.plan_model import PlanError
+
     command = BenchCommand(**model_values(args, BenchCommand))
+    plan = None
     try:
-        config = _config(args, command)
-    except (BenchConfigError, OSError) as exc:
+        if command.verify_plan is not None:
+            config, plan = _verify_config(args, command)
+        else:
+            config = _config(args, command)
+    except (BenchConfigError, PlanError, OSError) as exc:
         return fail(str(exc), EXIT_USAGE)
+    if command.plan_rate is not None and config.slo_s is None:
+        return fail("--plan-rate plans for a latency objective: give --slo-seconds too", EXIT_USAGE)
     settings = studio_settings(args)
+    engine = plan.bench.get("engine") if plan is not None else None
+    if engine and settings.engine != engine:
+        return fail(f"the plan was made from a bench of the {engine} engine: give --engine {engine}", EXIT_USAGE)
 
     import asyncio
 
@@ -138,6 +209,12 @@ def run(args: argparse.Namespace) -> int:
             f"{settings.engine} engine's --url servers run already",
             EXIT_USAGE,
         )
+    if (plan is not None or command.plan_rate is not None) and not kind.managed:
+        return fail(
+            f"--plan-rate and --verify-plan model the fleets the bench starts; the {settings.engine} engine's --url "
+            "servers run already",
+            EXIT_USAGE,
+        )
     console = Console(stderr=True, soft_wrap=True)
     try:
         # With --cluster ray: one Ray for the whole bench (a local one is shut down at the end, workers and all).
@@ -148,7 +225,20 @@ def run(args: argparse.Namespace) -> int:
                     fleets = plan_bench(settings, config)
                 except (LayoutError, VariantError) as exc:
                     return fail(str(exc), EXIT_USAGE)
-            report = asyncio.run(run_bench(settings, config, command.out, console=console, fleets=fleets))
+            if plan is not None and fleets is not None:
+                for line in _differences(plan, fleets):
+                    console.print(f"note: {line}")
+            report = asyncio.run(
+                run_bench(
+                    settings,
+                    config,
+                    command.out,
+                    console=console,
+                    fleets=fleets,
+                    plan_rate_per_min=command.plan_rate,
+                    verify=plan,
+                )
+            )
     except RayUnavailable as exc:
         return fail(str(exc), EXIT_FAILED)
     except (ServerStartError, LaunchError, ValueError) as exc:
@@ -171,7 +261,66 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"{fleet['label']}: {placement_line(fleet['nodes'])}")
     plots = "*.png" if "fleets" not in report else "*.png, pareto.png"
     out.print(f"report: {command.out / 'report.json'} (requests.csv, summary.csv, {plots} beside it)")
+    if "verify" in report:
+        _print_verification(out, report["verify"])
+        return 0
     out.print("recommendation:")
     for line in report["recommendation"]:
         out.print(f"  {line}")
+    if "plan" in report:
+        _print_plan(out, report["plan"])
     return 0
+
+
+def _differences(plan: CapacityPlan, fleets: list[Fleet]) -> list[str]:
+    """Where a fleet of the verification is not started as the bench the plan came from started it."""
+    lines = []
+    for fleet in fleets:
+        model = plan.model(fleet.label)
+        threads = fleet.describe()["engine_threads"]
+        if model is not None and model.engine_threads and threads != model.engine_threads:
+            lines.append(
+                f"{fleet.label}: engine threads {threads} here, {model.engine_threads} in the plan's bench "
+                "(--engine-threads): the figures may not compare"
+            )
+    return lines
+
+
+def _print_verification(out: Console, verification: dict) -> None:
+    from rich.table import Table
+
+    from studio.backend.bench.plan import PlanVerification, check_lines
+
+    checked = PlanVerification.model_validate(verification)
+    table = Table(title="omni-studio bench --verify-plan: predicted and measured")
+    for name in VERIFY_COLUMNS:
+        table.add_column(name, justify="right")
+    for c in checked.checks:
+        table.add_row(
+            c.label,
+            f"{c.rate_per_min:g}",
+            str(c.requests),
+            str(c.completed),
+            f"{c.predicted_attainment * 100:.1f}%",
+            f"{c.measured_attainment * 100:.1f}%",
+            f"{c.predicted_p90_s:.2f}",
+            _cell(c.measured_p90_s),
+        )
+    out.print(table)
+    for line in check_lines(checked):
+        out.print(line)
+    out.print(
+        "predicted: for this run's arrivals from an empty fleet (in brackets, what 8 of 10 such runs show); the "
+        "plan's own figure is the steady state"
+    )
+
+
+def _print_plan(out: Console, plan: dict) -> None:
+    from studio.backend.bench.plan import CapacityPlan, plan_lines
+
+    if "error" in plan:
+        out.print(f"plan: none: {plan['error']}")
+        return
+    out.print("plan:")
+    for line in plan_lines(CapacityPlan.model_validate(plan)):
+        out.print(f"  {line}")

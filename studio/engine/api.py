@@ -3,7 +3,8 @@ request (studio.protocol), and the answers are the contract's job record, list, 
 the same status codes and `param` values as `vllm serve --omni`.
 
 Where it does better it stays inside the contract: `progress` follows the denoising steps, a job is
-`queued` until it really starts, and DELETE stops a running job at its next step.
+`queued` until it really starts, and DELETE stops a running job at its next step. Beyond the contract (the
+studio's extension, docs/compatibility.md): a job's events, and its latest preview as an image.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,9 +27,14 @@ from studio.engine.events import job_events
 from studio.engine.generation_types import GenerationParams
 from studio.engine.guard import TextGuard
 from studio.engine.jobs import Job, JobManager
+from studio.engine.send_order import parse_order
+from studio.engine.step_cache import StepCacheMode, StepCachePolicy
 from studio.engine.warmup import Warmup
 from studio.protocol import (
     EVENTS_MEDIA_TYPE,
+    ORDER_HEADER,
+    PREVIEW_STEP_HEADER,
+    PREVIEW_TOTAL_STEPS_HEADER,
     RANDOM_SEED_BOUND,
     EngineExtraParams,
     ErrorResponse,
@@ -74,6 +80,8 @@ class EngineState:
     sync_timeout_s: float
     healthy: bool = True
     warmup: Warmup | None = None  # a warm-up that may still run while serving (its state is in /health)
+    step_cache: StepCachePolicy = field(default_factory=StepCachePolicy)  # the server's; a request may pick its own
+    step_cache_possible: bool = False  # the pipeline runs through the engine's own loop, where a step cache works
 
 
 @dataclass
@@ -82,6 +90,7 @@ class ParsedForm:
     params: GenerationParams
     guardrails: bool
     size_sent: str | None  # the record shows the size field only as sent, as vLLM-Omni's does
+    previews: bool = True  # extra_params.previews
 
 
 def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
@@ -120,8 +129,31 @@ def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
         seed=secrets.randbelow(RANDOM_SEED_BOUND) if request.seed is None else request.seed,
         flow_shift=request.flow_shift,
         extra=extra.pipeline_params(),
+        step_cache=request_step_cache(extra.step_cache, state),
     )
-    return ParsedForm(request=request, params=params, guardrails=extra.guardrails, size_sent=values.get("size"))
+    return ParsedForm(
+        request=request,
+        params=params,
+        guardrails=extra.guardrails,
+        size_sent=values.get("size"),
+        previews=extra.previews,
+    )
+
+
+def request_step_cache(asked: str | None, state: EngineState) -> StepCachePolicy:
+    """The step cache a request runs with: the server's, or the one its extra_params name (with the server's
+    interval and bounds). A 400 where it asks for one the pipeline cannot run."""
+    if asked is None:
+        return state.step_cache
+    policy = replace(state.step_cache, mode=StepCacheMode(asked))
+    if policy.active and not state.step_cache_possible:
+        raise ApiError(
+            400,
+            f"extra_params.step_cache: {state.model_name} runs through its pipeline's own call, which has no step "
+            "cache (only Wan pipelines, on the engine's own denoising loop, have one)",
+            "body.extra_params.step_cache",
+        )
+    return policy
 
 
 class BearerKeyMiddleware:
@@ -184,16 +216,18 @@ def create_app(state: EngineState) -> FastAPI:
                 return verdict.message
         return None
 
-    def new_job(parsed: ParsedForm, **options: Any) -> Job:
+    def new_job(parsed: ParsedForm, order: str | None = None, **options: Any) -> Job:
         job = state.manager.new_job(parsed.params, parsed.request.output_fps, **options)
+        job.place = parse_order(order)
         job.size_field, job.seconds_field = parsed.size_sent, parsed.request.seconds
         job.requested_frames = parsed.request.requested_frames
+        job.previews_wanted = parsed.previews
         return job
 
     @app.post("/v1/videos")
     async def create_video(request: Request) -> Response:
         parsed = parse_video_form(await read_form(request), state)
-        job = new_job(parsed)
+        job = new_job(parsed, request.headers.get(ORDER_HEADER))
         blocked = admit(parsed)
         if blocked is not None:
             state.manager.fail_now(job, 400, blocked)
@@ -206,7 +240,9 @@ def create_app(state: EngineState) -> FastAPI:
         blocked = admit(parsed)
         if blocked is not None:
             raise ApiError(400, blocked)
-        job = state.manager.submit(new_job(parsed, job_id=f"video_sync-{secrets.token_hex(8)}", listed=False))
+        job = new_job(parsed, job_id=f"video_sync-{secrets.token_hex(8)}", listed=False)
+        job.previews_wanted = False  # its id is told only with its video: nobody could ask for them
+        job = state.manager.submit(job)
         finished = await asyncio.to_thread(job.done.wait, state.sync_timeout_s)
         if not finished:
             state.manager.cancel(job.id, wait_s=0)
@@ -251,13 +287,31 @@ def create_app(state: EngineState) -> FastAPI:
 
     @app.get("/v1/videos/{video_id}/events")
     async def video_events(video_id: str) -> Response:
-        """The job's progress at each step and its record at each change of state, as server-sent events (the
-        studio's extension: docs/compatibility.md); the stream ends once the job has finished."""
+        """The job's progress at each step, its previews and its record at each change of state, as server-sent
+        events (the studio's extension: docs/compatibility.md); the stream ends once the job has finished."""
         job = job_or_404(video_id)
-        events = job_events(job.id, state.manager.watch, job.progress_event, job.record)
+        events = job_events(job.id, state.manager.watch, job.progress_event, job.record, lambda: job.preview)
         # No caching and no proxy buffering: each event is worth its moment.
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(events, media_type=EVENTS_MEDIA_TYPE, headers=headers)
+
+    @app.get("/v1/videos/{video_id}/preview")
+    async def video_preview(video_id: str, request: Request) -> Response:
+        """The job's latest preview as an image, with the step it shows (the studio's extension:
+        docs/compatibility.md); 204 while it has none (queued, not yet made, or previews off)."""
+        preview = job_or_404(video_id).preview
+        if preview is None:
+            return Response(status_code=204, headers={"Cache-Control": "no-cache"})
+        tag = f'"{video_id}-{preview.step}"'
+        headers = {
+            PREVIEW_STEP_HEADER: str(preview.step),
+            PREVIEW_TOTAL_STEPS_HEADER: str(preview.total_steps),
+            "ETag": tag,
+            "Cache-Control": "no-cache",  # a client may ask again with If-None-Match
+        }
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers=headers)
+        return Response(preview.data, media_type=preview.media_type, headers=headers)
 
     @app.get("/v1/videos/{video_id}/content")
     async def video_content(video_id: str) -> Response:

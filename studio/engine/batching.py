@@ -16,6 +16,7 @@ def batch_key(facts: PipelineFacts, params: GenerationParams) -> tuple | None:
         params.num_inference_steps,
         float(params.guidance_scale),
         params.flow_shift,
+        params.step_cache,  # a batch shares one schedule of computed steps
     )
 
 

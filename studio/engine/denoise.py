@@ -10,6 +10,15 @@ On several ranks (studio.engine.parallel) every rank runs this loop on the same 
 split, each runs one half and the halves are exchanged after each transformer call; with tokens split, the
 transformer itself exchanges them. Every rank then holds the same latents; each decodes a strip of the frames
 (studio.engine.parallel.split_decode), or rank 0 decodes alone; rank 0 answers.
+
+Previews (studio.engine.preview_device): at a step where a request's preview is due, the loop takes the
+scheduler's estimate of the clean latents' middle frame (flow matching: x0 = x_t - sigma_t * v) and hands it
+over; the projection to RGB runs on a side stream, outside the transformer's CUDA graphs, and the loop never
+waits for it. Rank 0 alone makes them (the other ranks' requests have no preview targets).
+
+The host stays at most one step ahead of the device (`StepProgress`), so that a cancel is seen within a step
+whatever the scheduler: some schedulers' steps wait for the device anyway, others would let the host queue the
+whole loop before the device has run its first step.
 """
 
 from __future__ import annotations
@@ -26,7 +35,9 @@ from studio.engine.generation_types import BatchItem, GenerationCancelled, Resul
 from studio.engine.gpu.gpu_setup import GpuSetup
 from studio.engine.loader import PipelineFacts
 from studio.engine.parallel.rank import ParallelRank
+from studio.engine.preview_device import DevicePreviews, clean_middle_frame, flow_sigmas
 from studio.engine.prompts import PromptEmbeddings
+from studio.engine.step_cache import StepCache
 from studio.engine.vae_decode import decode_batch
 
 
@@ -54,6 +65,7 @@ class BatchedDenoiser:
     gpu: GpuSetup
     forward: TransformerForward
     rank: ParallelRank | None = None  # this process's rank where a request runs on several
+    previews: DevicePreviews | None = None  # where requests' previews are made (rank 0, a VAE with a map)
 
     def __call__(self, items: Sequence[BatchItem], on_result: ResultCallback) -> None:
         """`on_result(i, output or exception)` once per item, as soon as that item is done; a cancelled item is
@@ -162,45 +174,95 @@ class BatchedDenoiser:
                 scheduler.set_begin_index(0)  # no device-to-host read of the timestep in step()
             # 5. Denoise.
             steps_done = StepProgress(device, total, items, alive)
-            for t in scheduler.timesteps:
-                model_input = latents.to(transformer.dtype)
-                if cfg and not split:
-                    model_input = torch.cat([model_input, model_input])
-                forward = self.gpu.graphs or self.forward
-                out = forward(model_input, t.expand(model_input.shape[0]), context)
-                if cfg:
-                    cond, uncond = rank.gather_guidance(out) if split and rank is not None else out.chunk(2)
-                    out = uncond + guidance * (cond - uncond)
-                latents = scheduler.step(out, t, latents, return_dict=False)[0]
-                steps_done.step_queued()
-                go_on = drop_cancelled()
-                if rank is not None:
-                    go_on = rank.agree(go_on)
-                if not go_on:
-                    return None
-            steps_done.finish()
+            previews = self.previews if any(item.preview is not None for item in items) else None
+            sigmas = flow_sigmas(scheduler) if previews is not None else None
+            # A step cache skips the transformer at some steps (the same ones on every rank: the schedule comes
+            # from the batch's parameters); its timesteps are read to the host once, not at each step.
+            cache = StepCache(first.step_cache, total) if first.step_cache.active else None
+            host_timesteps = scheduler.timesteps.tolist() if cache is not None else None
+            try:
+                for index, t in enumerate(scheduler.timesteps):
+                    if cache is None or cache.computes(index):
+                        model_input = latents.to(transformer.dtype)
+                        if cfg and not split:
+                            model_input = torch.cat([model_input, model_input])
+                        forward = self.gpu.graphs or self.forward
+                        out = forward(model_input, t.expand(model_input.shape[0]), context)
+                        if cfg:
+                            cond, uncond = rank.gather_guidance(out) if split and rank is not None else out.chunk(2)
+                            out = uncond + guidance * (cond - uncond)
+                        if cache is not None and host_timesteps is not None:
+                            cache.keep(host_timesteps[index], out)
+                    else:
+                        assert host_timesteps is not None
+                        out = cache.estimate(host_timesteps[index])
+                    if previews is not None and sigmas is not None:
+                        _preview_step(previews, items, alive, latents, out, sigmas[index], index + 1, total)
+                    latents = scheduler.step(out, t, latents, return_dict=False)[0]
+                    steps_done.step_queued()
+                    if previews is not None:
+                        previews.poll()
+                    go_on = drop_cancelled()
+                    if rank is not None:
+                        go_on = rank.agree(go_on)
+                    if not go_on:
+                        return None
+                steps_done.finish()
+            finally:
+                if previews is not None:
+                    previews.flush()
         return latents
 
     def _embed(self, texts: list[str]) -> torch.Tensor:
         return self.prompts.embed(self.pipe, texts, self.facts.max_sequence_length, self.device)
 
 
-class StepProgress:
-    """Reports denoising steps to each live item as the device finishes them, without waiting for the device
-    in the loop: on a GPU each step records an event that is only polled."""
+def _preview_step(
+    previews: DevicePreviews,
+    items: Sequence[BatchItem],
+    alive: list[bool],
+    latents: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: float,
+    step: int,
+    total: int,
+) -> None:
+    """Hand over the clean estimate of the rows whose preview is due at this step."""
+    due = [i for i, item in enumerate(items) if alive[i] and item.preview is not None and item.preview.due(step, total)]
+    if due:
+        targets = [target for i in due if (target := items[i].preview) is not None]
+        previews.latents(clean_middle_frame(latents, velocity, due, sigma), targets, step, total)
 
-    def __init__(self, device: str, total: int, items: Sequence[BatchItem], alive: list[bool]):
+
+# Steps the host may queue before the device has finished them: one, so that the device always has the next
+# step to run while the host prepares the one after, and a cancel is seen within a step.
+MAX_LEAD_STEPS = 1
+
+
+class StepProgress:
+    """Reports denoising steps to each live item as the device finishes them: on a GPU each step records an
+    event that is polled, and the host waits for the oldest only when it is more than MAX_LEAD_STEPS ahead."""
+
+    def __init__(
+        self,
+        device: str,
+        total: int,
+        items: Sequence[BatchItem],
+        alive: list[bool],
+        new_event: Callable[[], Any] | None = None,  # torch.cuda.Event; another where a test stands in the device
+    ):
         self.device, self.total, self.items, self.alive = device, total, items, alive
+        self.new_event = new_event or torch.cuda.Event
         self.queued: list[Any] = []
         self.reported = 0
 
     def step_queued(self) -> None:
         if self.device == "cuda":
-            event = torch.cuda.Event()
+            event = self.new_event()
             event.record()
             self.queued.append(event)
-            while self.queued and self.queued[0].query():
-                self.queued.pop(0)
+            while self.queued and (len(self.queued) > MAX_LEAD_STEPS or self.queued[0].query()):
+                self.queued.pop(0).synchronize()  # at once where query() said it is done
                 self._report()
         else:
             self._report()

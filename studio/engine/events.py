@@ -1,9 +1,10 @@
 """A job's events as server-sent events (GET /v1/videos/{video_id}/events): the studio's extension of the contract.
 
-The worker thread moves jobs (a denoising step, a new state); `JobWatch.moved` wakes the streams that follow the
-job, on their own event loops. Each stream sends what changed since it last looked: a client that connects late
-gets the latest progress first, then the job's record; the stream ends after the record of a finished job
-(completed, or failed: a cancel is a failure with code 499). Polling clients are not affected.
+The worker thread moves jobs (a denoising step, a new preview, a new state); `JobWatch.moved` wakes the streams
+that follow the job, on their own event loops. Each stream sends what changed since it last looked, in this order:
+progress, preview, record. A client that connects late gets the latest progress first, then the latest preview,
+then the job's record; the stream ends after the record of a finished job (completed, or failed: a cancel is a
+failure with code 499). Polling clients are not affected.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 
-from studio.protocol import EventType, JobRecord, JobStatus, ProgressEvent, server_sent_event
+from studio.engine.previews import PreviewImage
+from studio.protocol import EventType, JobRecord, JobStatus, PreviewEvent, ProgressEvent, server_sent_event
 
 # A stream with nothing new says so now and then (an SSE comment), so that proxies keep it open, and looks again.
 KEEPALIVE_S = 15.0
@@ -61,11 +63,14 @@ async def job_events(
     watch: JobWatch,
     progress: Callable[[], ProgressEvent | None],
     record: Callable[[], JobRecord],
+    preview: Callable[[], PreviewImage | None] = lambda: None,
     keepalive_s: float = KEEPALIVE_S,
 ) -> AsyncIterator[bytes]:
-    """The job's stream: its progress at each step, its record at each change of state, until it has finished."""
+    """The job's stream: its progress at each step, each new preview, its record at each change of state, until it
+    has finished."""
     woken = watch.follow(job_id)
     sent_step: int | None = None
+    sent_preview: int | None = None
     sent_status: JobStatus | None = None
     try:
         while True:
@@ -74,6 +79,10 @@ async def job_events(
             if step is not None and step.step != sent_step:
                 sent_step = step.step
                 yield server_sent_event(EventType.PROGRESS, step)
+            image = preview()
+            if image is not None and image.step != sent_preview:
+                sent_preview = image.step
+                yield server_sent_event(EventType.PREVIEW, PreviewEvent(step=image.step, image=image.data_url()))
             now = record()
             if now.status is not sent_status:
                 sent_status = now.status

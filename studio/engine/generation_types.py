@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from studio.engine.step_cache import StepCachePolicy
+
+if TYPE_CHECKING:
+    from studio.engine.previews import PreviewTarget
 
 
 class GenerationCancelled(Exception):
@@ -34,6 +39,7 @@ class GenerationParams:
     negative_prompt: str | None = None
     flow_shift: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    step_cache: StepCachePolicy = field(default_factory=StepCachePolicy)  # off: every step computed
 
 
 @dataclass
@@ -58,6 +64,8 @@ class BatchItem:
     on_frames: Callable[[np.ndarray], None] | None = None
     # False: its latents are not decoded (answered DecodeSkipped), where every item of its decode call says so.
     decode: bool = True
+    # Its previews: when one is due and where it goes; None: it gets none.
+    preview: PreviewTarget | None = None
 
     def stopped(self) -> bool:
         return self.should_stop is not None and self.should_stop()

@@ -10,6 +10,10 @@ the model runs on one device thread.
 One request may run on several ranks (studio.engine.parallel: guidance halves and token shares on a GPU each);
 the generator of rank 0 starts the others, and every call that changes what the transformer runs is made on
 all of them, in one order. What start-up compiles and picks is kept across starts (studio.engine.gpu.compile_cache).
+
+Previews are made on rank 0 alone (studio.engine.preview_device): from the latents, through a latent RGB map that
+fits the loaded VAE (studio.engine.latent_rgb: found by its fingerprint, or fitted at load and kept in the compile
+cache's folder), or from a pixel-space pipeline's own estimate of its frames.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from studio.engine import batching, warmup
@@ -28,12 +33,15 @@ from studio.engine.generation_types import BatchItem, GenerationOutput, Generati
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND
 from studio.engine.gpu.compile_cache import CompileCache
 from studio.engine.gpu.gpu_setup import GpuSetup
+from studio.engine.latent_rgb import LatentRgbMap, map_for_vae
 from studio.engine.loader import PipelineFacts, from_pretrained, set_up_device
 from studio.engine.parallel.leader import FollowerLost, start_leader
 from studio.engine.parallel.rank import ParallelRank
 from studio.engine.parallel.sequence import SequenceParallel
 from studio.engine.parallel.settings import ParallelSettings
 from studio.engine.plain_call import generate_plain
+from studio.engine.preview_device import DevicePreviews
+from studio.engine.previews import PreviewEncoder
 from studio.engine.prompts import PromptEmbeddings
 from studio.engine.vae_decode import conv_weights_channels_last
 
@@ -93,6 +101,7 @@ class VideoGenerator:
         self.rank = rank
         self.compile_cache = compile_cache
         self.sequence: SequenceParallel | None = None  # Ulysses in the transformer, with a sequence group
+        self.previews: DevicePreviews | None = None  # rank 0's, once loaded
         self._denoise: BatchedDenoiser | None = None
         # Calls the other ranks must make too are told in the order they run here.
         self._rank_lock = threading.RLock()
@@ -171,9 +180,29 @@ class VideoGenerator:
         if self.device == "cuda" and self.facts.batched_loop:
             self.gpu.apply(self.pipe, forward, self.dtype, cached_backend=cached_backend)
         self._install_sequence_parallel()
+        if self.rank is None or self.rank.is_leader:
+            self.previews = self._make_previews()
         self._denoise = BatchedDenoiser(
-            self.pipe, self.facts, self.device, self.prompts, self.buckets, self.gpu, forward, self.rank
+            self.pipe, self.facts, self.device, self.prompts, self.buckets, self.gpu, forward, self.rank, self.previews
         )
+
+    def _make_previews(self) -> DevicePreviews:
+        """Previews of this pipeline: from its latents where its VAE has a latent RGB map (found, or fitted now),
+        else only from what a pixel-space pipeline's own call gives."""
+        rgb_map: LatentRgbMap | None = None
+        vae = getattr(self.pipe, "vae", None)
+        if vae is not None and hasattr(vae.config, "z_dim"):
+            root = Path(self.compile_cache.root) if self.compile_cache is not None else None
+            try:
+                rgb_map = map_for_vae(vae, root)
+            except Exception as exc:  # the engine serves without latent previews rather than not at all
+                log.warning("previews: no latent RGB map for this VAE (%s: %s)", type(exc).__name__, exc)
+        # On a GPU the encoder has a thread of its own, so that the device thread never waits for an image; on a
+        # CPU the loop's own thread encodes (a millisecond), which costs less than handing it over.
+        previews = DevicePreviews(self.device, PreviewEncoder(workers=1 if self.device == "cuda" else 0), rgb_map)
+        if rgb_map is not None:
+            previews.warm(int(vae.config.z_dim))
+        return previews
 
     def _install_sequence_parallel(self) -> None:
         """Ulysses in the transformer when this rank has a sequence group (again after a fall back to eager,
@@ -271,7 +300,14 @@ class VideoGenerator:
             item = items[0]
             try:
                 result: GenerationOutput | BaseException = generate_plain(
-                    self.pipe, self.facts, self.device, item.params, item.on_step, item.should_stop
+                    self.pipe,
+                    self.facts,
+                    self.device,
+                    item.params,
+                    item.on_step,
+                    item.should_stop,
+                    item.preview,
+                    self.previews,
                 )
             except Exception as exc:
                 result = exc

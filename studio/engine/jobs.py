@@ -8,7 +8,9 @@ together is worth waiting for). Each job of a batch keeps its own seed, prompt, 
 until the worker really starts it, and its `progress` follows the denoising steps (decode and encode take
 the last few percent). With `encode_workers`, mp4 encoding runs beside the next batch instead of before it.
 With a `warmup` still under way, the worker runs its next run whenever no job is queued, and a batch is no
-larger than the largest batch size of its shape warmed so far.
+larger than the largest batch size of its shape warmed so far. A job keeps its latest preview
+(studio.engine.previews: at most one per `previews.interval_s`, and one at the last step, unless the server or its
+request turned them off), and its followers are woken when it changes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from studio.engine.events import JobWatch
 from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.metrics import EngineMetrics
+from studio.engine.previews import PreviewImage, PreviewSettings, PreviewTarget
+from studio.engine.send_order import SendOrder, SendPlace
 from studio.engine.warmup import Warmup
 from studio.media import VideoInfo, encode_mp4
 from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus, ProgressEvent
@@ -84,6 +88,9 @@ class Job:
     denoise_began: float | None = None
     last_step_at: float | None = None
     last_step_s: float | None = None
+    place: SendPlace | None = None  # where its client's X-Omni-Studio-Order put it among the jobs it sent
+    previews_wanted: bool = True  # its request's extra_params.previews
+    preview: PreviewImage | None = None  # its latest preview
 
     def stepped(self, done: int, total: int) -> None:
         """A denoising step finished (called on the worker thread, as the loop reports it)."""
@@ -139,6 +146,7 @@ class Job:
             stage_durations=self.stage_durations or {},
             peak_memory_mb=self.peak_memory_mb or 0.0,
             native_size=f"{self.native_size[0]}x{self.native_size[1]}" if self.native_size is not None else None,
+            levers={"step_cache": self.params.step_cache.label()} if self.params.step_cache.active else None,
         )
 
 
@@ -164,8 +172,10 @@ class JobManager:
         batch_wait_ms: float = 0.0,
         encode_workers: int = 0,
         warmup: Warmup | None = None,
+        previews: PreviewSettings | None = None,
     ):
         self.generator = generator
+        self.previews = previews if previews is not None else PreviewSettings()
         self.warmup = warmup  # its runs left are made while no job is queued
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +198,7 @@ class JobManager:
             else None
         )
         self._listeners: list[Callable[[Job], None]] = []
+        self._send_order = SendOrder()  # under _queue_changed
         self.watch = JobWatch()  # the streams of jobs' events: woken when a job moves
         self.batches_run = 0  # batches started
 
@@ -237,10 +248,21 @@ class JobManager:
             self._forget_old_jobs()
         job.queued_at = time.monotonic()
         with self._queue_changed:
-            self._pending.append(job)
+            self._queue_in_send_order(job)
             self._queue_changed.notify_all()
         self._update_gauges()
         return job
+
+    def _queue_in_send_order(self, job: Job) -> None:
+        """Append the job, or put it before the queued jobs its client sent after it."""
+        place = job.place
+        if place is not None:
+            self._send_order.arrived(place)
+            for index, queued in enumerate(self._pending):
+                if queued.place is not None and queued.place.stream == place.stream and queued.place.seq > place.seq:
+                    self._pending.insert(index, job)
+                    return
+        self._pending.append(job)
 
     def fail_now(self, job: Job, code: int, message: str) -> Job:
         """A job that fails before it is queued (a guardrail block), kept so GET returns it as vLLM-Omni does."""
@@ -250,6 +272,10 @@ class JobManager:
         with self._lock:
             self._jobs[job.id] = job
             self._forget_old_jobs()
+        if job.place is not None:  # the jobs its client sent after it need not wait for it
+            with self._queue_changed:
+                self._send_order.arrived(job.place)
+                self._queue_changed.notify_all()
         return job
 
     def get(self, job_id: str) -> Job | None:
@@ -352,13 +378,17 @@ class JobManager:
                         return WARM_UP
                     self._queue_changed.wait()
                     continue
-                head = self._pending[0]
+                head, hold_until = self._first_in_send_order()
+                if head is None:
+                    self._queue_changed.wait(max(0.0, hold_until - time.monotonic()) if hold_until < 1e18 else None)
+                    continue
                 key = self.generator.batch_key(head.params) if self.max_batch > 1 else None
                 limit = (
                     self.max_batch if self.warmup is None else min(self.max_batch, self.warmup.batch_limit(head.params))
                 )
                 if key is None:
-                    return [self._pending.popleft()]
+                    self._pending.remove(head)
+                    return [head]
                 with self._lock:
                     busy = bool(self._running)  # jobs still finishing: their clients may send the next ones
                 deadline = head.queued_at + (self.batch_wait_s if busy else self.batch_wait_s / 10)
@@ -368,6 +398,7 @@ class JobManager:
                         for job in self._pending
                         if job is not head
                         and not job.cancel_requested.is_set()
+                        and (job.place is None or not self._send_order.missing_before(job.place))
                         and self.generator.batch_key(job.params) == key
                     ][: limit - 1]
                     remaining = deadline - time.monotonic()
@@ -382,6 +413,19 @@ class JobManager:
                 taken = {id(job) for job in batch}
                 self._pending = deque(job for job in self._pending if id(job) not in taken)
                 return batch
+
+    def _first_in_send_order(self) -> tuple[Job | None, float]:
+        """The oldest queued job that need not wait for one its client sent before it; else None, and until when
+        the first of them waits."""
+        soonest = float("inf")
+        for job in self._pending:
+            if job.cancel_requested.is_set() or job.done.is_set():
+                continue
+            until = None if job.place is None else self._send_order.hold_until(job.place, job.queued_at)
+            if until is None:
+                return job, 0.0
+            soonest = min(soonest, until)
+        return None, soonest
 
     def _run_batch(self, jobs: list[Job]) -> None:
         self.batches_run += 1
@@ -421,6 +465,7 @@ class JobManager:
                 on_step=self._progress_callback(job),
                 should_stop=job.cancel_requested.is_set,
                 on_frames=streams[index].push if streams is not None else None,
+                preview=self._preview_target(job),
             )
             for index, job in enumerate(jobs)
         ]
@@ -434,6 +479,18 @@ class JobManager:
                         streams[index].abort()
                     self._fail(job, exc)
                     self._finished(job)
+
+    def _preview_target(self, job: Job) -> PreviewTarget | None:
+        if not (self.previews.enabled and job.previews_wanted):
+            return None
+
+        def deliver(image: PreviewImage) -> None:
+            # From the encoder (on a GPU its own thread); a late one never replaces a later step's.
+            if job.preview is None or image.step > job.preview.step:
+                job.preview = image
+                self.watch.moved(job.id)
+
+        return PreviewTarget(job.params.width, job.params.height, self.previews.interval_s, deliver)
 
     def _progress_callback(self, job: Job) -> Callable[[int, int], None]:
         def on_step(done: int, total: int) -> None:

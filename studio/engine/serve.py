@@ -39,6 +39,8 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
     from studio.engine.loader import resolve_device
     from studio.engine.metrics import EngineMetrics
     from studio.engine.parallel import ParallelSettings
+    from studio.engine.previews import PreviewSettings
+    from studio.engine.step_cache import parse_policy
     from studio.engine.warmup import Warmup, parse_sizes
 
     started = time.perf_counter()
@@ -75,6 +77,22 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         return 2
     if generator.rank is not None and generator.rank.followers is not None:
         generator.rank.followers.on_lost = _stop_serving
+    step_cache = parse_policy(
+        settings.step_cache,
+        settings.step_cache_interval,
+        settings.step_cache_warm_fraction,
+        settings.step_cache_final_steps,
+    )
+    if step_cache.active and not generator.batched_loop:
+        # Refused at start, not ignored: a user who asked for fewer steps' work would otherwise measure none.
+        log.error(
+            "--step-cache %s: %s runs through its pipeline's own call, which has no step cache (only Wan pipelines, "
+            "on the engine's own denoising loop, have one); start it with --step-cache off",
+            settings.step_cache,
+            settings.model,
+        )
+        generator.close()
+        return 2
     warmup = Warmup(generator, warmup_sizes, max_batch) if warmup_sizes else None
     try:
         if warmup is not None:
@@ -113,6 +131,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         batch_wait_ms=settings.batch_wait_ms,
         encode_workers=settings.encode_workers if settings.encode_workers is not None else (8 if gpu else 0),
         warmup=warmup,
+        previews=PreviewSettings(enabled=settings.previews, interval_s=settings.preview_interval_s),
     )
     manager.start()
     state = EngineState(
@@ -126,18 +145,22 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         default_guidance=settings.default_guidance,
         sync_timeout_s=settings.sync_timeout_s,
         warmup=warmup,
+        step_cache=step_cache,
+        step_cache_possible=generator.batched_loop,
     )
     app = create_app(state)
     gc.freeze()
     gc.enable()
     log.info(
-        "serving %s on http://%s:%d (device %s, guardrails %s, max batch %d)",
+        "serving %s on http://%s:%d (device %s, guardrails %s, max batch %d, previews %s, step cache %s)",
         settings.model_name,
         settings.host,
         settings.port,
         generator.device,
         "on" if guard else "off",
         max_batch,
+        f"every {settings.preview_interval_s:g} s at most" if settings.previews else "off",
+        step_cache.label(),
     )
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)

@@ -12,7 +12,9 @@ sidecar). The seed draws the noise and the scene's placement (a small shift of t
     out.frames.shape, out.native_size   # (1, 33, 48, 80, 3), (80, 48)
 
 The model was trained without empty prompts, so it takes no classifier-free guidance and no negative prompt;
-the runner passes only the arguments a pipeline's `__call__` names.
+the runner passes only the arguments a pipeline's `__call__` names. A step callback may ask for "clean" besides
+"latents": the denoiser's estimate of the finished key frames at that step, (B, 3, 9, H, W) in [-1, 1], which
+the engine's previews show.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class OmniSmallT2VPipeline(DiffusionPipeline):
     """Text-to-video with the Omni Studio small model (pixel space, rectified flow, clean-clip prediction)."""
 
     model_cpu_offload_seq = "text_encoder->transformer"
-    _callback_tensor_inputs: ClassVar[list[str]] = ["latents"]
+    _callback_tensor_inputs: ClassVar[list[str]] = ["latents", "clean"]
     # Pixel space: no VAE, one pixel per position.
     vae_scale_factor_spatial = 1
     vae_scale_factor_temporal = 1
@@ -137,7 +139,8 @@ class OmniSmallT2VPipeline(DiffusionPipeline):
                 velocity = (latents - clean) / sigma.view(1, 1, 1, 1, 1).clamp(min=1e-4)
                 latents = self.scheduler.step(velocity, t, latents, return_dict=False)[0]
                 if callback_on_step_end is not None:
-                    values = {name: latents for name in callback_on_step_end_tensor_inputs}
+                    available = {"latents": latents, "clean": clean}
+                    values = {name: available[name] for name in callback_on_step_end_tensor_inputs}
                     outputs = callback_on_step_end(self, i, t, values) or {}
                     latents = outputs.get("latents", latents)
                 progress.update()

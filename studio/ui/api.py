@@ -3,6 +3,8 @@
 - `/submit_run`: queue a run (the Generate form's fields); answers the run's record.
 - `/run_status`: a run's record now.
 - `/wait_run`: the run's record once it has finished (or when `timeout_s` passes: `finished` says which).
+- `/preview`: the latest preview of a request being made (its step and the image as a data URL), where its server
+  sends previews (the embedded engine).
 
 A run's record: its id, whether it has finished, how many requests are in each state, and each request with its
 state, progress, seed, error, and its video's path on the studio's machine and URL (the studio's file route, for
@@ -41,6 +43,9 @@ def run_record(run: Run, links: FileLinks, request: gr.Request | None) -> dict[s
                 "prompt": view.request.prompt,
                 "state": str(view.state),
                 "progress": round(view.progress, 1),
+                "step": view.step,
+                "total_steps": view.total_steps,
+                "preview_step": view.preview.step if view.preview is not None else None,
                 "seed": view.request.seed,
                 "error": view.error,
                 "video_path": str(view.video_path) if view.video_path else None,
@@ -115,6 +120,29 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
         """A run's record now."""
         visitor = access.require(request, profile)
         return run_record(_visible_run(controller, run_id, visitor), links, request)
+
+    @gr.api(api_name="preview", concurrency_limit=None)
+    def preview(
+        request_id: str,
+        request: gr.Request = None,  # type: ignore[assignment]
+        profile: gr.OAuthProfile | None = None,
+    ) -> dict[str, Any]:
+        """The latest preview of a request of the caller's being made: {"request_id", "step", "image"} (a data
+        URL). Refused, in the same words whether the request exists or not, for another visitor's request."""
+        visitor = access.require(request, profile)
+        found = controller.board.find((request_id or "").strip())
+        view = found[1] if found is not None and found[1].id == (request_id or "").strip() else None
+        if view is None or not (visitor.operator or view.visitor_id == visitor.id):
+            raise gr.Error(
+                f"no request {str(request_id)[:40]!r} of yours in this studio session", print_exception=False
+            )
+        if view.preview is None:
+            raise gr.Error(
+                f"request {view.id} has no preview ({view.state}): none has come from its server yet, or "
+                "it is done (its video is there)",
+                print_exception=False,
+            )
+        return {"request_id": view.id, "step": view.preview.step, "image": view.preview.image}
 
     @gr.api(api_name="wait_run", concurrency_limit=None)
     async def wait_run(

@@ -1,6 +1,6 @@
 """The Bench tab: the bench's form (named by the fields of the bench's model, which checks it), progress, the
 cells table, the recommendation and the PNG plots the bench wrote; after a layout bench, a fleet of it applied to
-the studio (asked first: it restarts the servers)."""
+the studio (asked first: it restarts the servers), and a capacity plan from its report (the Plan group)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from studio import tiers
-from studio.backend.face import BenchConfig, StudioController
+from studio.backend.face import DEFAULT_ATTAINMENT, BenchConfig, StudioController
 from studio.ui import bench_view, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
@@ -24,6 +24,13 @@ INTRO = (
     "(--cluster ray), each replica on the node Ray places it on."
 )
 VARIANTS_EXAMPLE = 'base = ""\nteacache = "--cache-backend tea_cache"\neager = "--enforce-eager"'
+PLAN_INTRO = (
+    "From the last bench's report, as `omni-studio plan` makes it: each fleet it measured, simulated under Poisson "
+    "arrivals at the rate given as the studio drives it (in-flight slots, the router, each server's queue and "
+    "batches): p50, p90 and the share of requests within the SLO; the fleet of fewest GPUs that keeps the share "
+    "asked, the most videos/min each sustains, and the GPUs the rate needs. Service times are as the bench "
+    "measured them; one tier at a time. plan.json and plan.png go beside the report."
+)
 
 
 # Fewer than the CLI's default: someone at the page waits for the result.
@@ -138,6 +145,34 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
         elem_id="bench-plots",
     )
     report = gr.HTML("", elem_id="bench-report")  # a link through the studio's file route
+    with gr.Accordion("Plan: the fleet for a rate and an SLO", open=False, elem_id="bench-plan"):
+        gr.Markdown(PLAN_INTRO)
+        with gr.Row():
+            plan_form = {
+                "rate_per_min": gr.Number(value=10, label="Rate (videos/min, Poisson)", elem_id="bench-plan-rate"),
+                "slo_s": gr.Number(value=60, label="SLO seconds", elem_id="bench-plan-slo"),
+                "attainment": gr.Number(
+                    value=DEFAULT_ATTAINMENT * 100, label="Within SLO (% of requests)", elem_id="bench-plan-attainment"
+                ),
+                "gpus": gr.Number(
+                    value=0,
+                    precision=0,
+                    label="GPUs (0: the fleets that fit this machine)",
+                    elem_id="bench-plan-gpus",
+                ),
+            }
+        plan_run = gr.Button("Plan", elem_id="bench-plan-run")
+        plan_text = gr.Markdown("", elem_id="bench-plan-result")
+        plan_plot = gr.Gallery(
+            label="Predicted attainment vs rate",
+            columns=1,
+            fit_columns=False,
+            height="auto",
+            object_fit="contain",
+            preview=False,
+            elem_id="bench-plan-plot",
+        )
+        plan_file = gr.HTML("", elem_id="bench-plan-file")
 
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report, fleet], api_name="bench")
     async def on_bench(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
@@ -174,3 +209,13 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
     def on_cancel(request: gr.Request, profile: gr.OAuthProfile | None):
         access.require_operator(request, profile, action="apply a layout")
         return gr.Row(visible=False)
+
+    @plan_run.click(inputs_kwargs=plan_form, outputs=[plan_text, plan_plot, plan_file], api_name="plan")
+    async def on_plan(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
+        access.require_operator(request, profile, action="plan a fleet")
+        update = await bench_view.plan_view(controller, values)
+        return {
+            plan_text: update.text,
+            plan_plot: [url for url in [links.url(update.plot, request)] if url] if update.plot else [],
+            plan_file: links.download(Path(update.plan), request, "Download plan.json") if update.plan else "",
+        }

@@ -4,7 +4,8 @@ end. Without layouts or variants the cells run on the studio's own endpoints (be
 fleet (layout x variant) in turn (bench_fleets), the studio's own servers stopped meanwhile (the fleets need
 their GPUs) and started again after; one of the fleets can then be applied to the studio. The fleets run where
 the studio's own do: on this machine, or on Ray with --cluster ray. The form is checked
-by the bench's own model (bench_config.py), as the CLI's flags are. No gradio here: bench_tab.py lays it out.
+by the bench's own model (bench_config.py), as the CLI's flags are. After a bench, a capacity plan from its report
+(plan_view: what `omni-studio plan` makes). No gradio here: bench_tab.py lays it out.
 """
 
 from __future__ import annotations
@@ -18,20 +19,31 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from studio.backend.face import (
     PARETO_PLOT,
     BenchConfig,
     BenchConfigError,
+    CapacityPlan,
     LayoutError,
+    PlanError,
+    PlanInputs,
     RayUnavailable,
     StudioController,
     VariantError,
     bench_fleets,
     bench_pool,
     cell_grid,
+    describe,
+    devices_text,
+    field_bounds,
+    make_plan,
     parse_bench_config,
     plan_bench,
+    plan_lines,
+    read_report,
+    write_plan,
 )
 
 PLOT_FILES = ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png", PARETO_PLOT)
@@ -86,6 +98,7 @@ def _text(value: str) -> str:
 
 _busy: set[int] = set()  # ids of controllers running a bench now
 _benched: dict[int, dict[str, dict[str, Any]]] = {}  # the fleets of each controller's last layout bench, by label
+_reports: dict[int, Path] = {}  # the report.json of each controller's last bench: what a plan reads
 
 
 NO_SLO = "no SLO set: goodput is the share within it"
@@ -197,6 +210,7 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
     except Exception as exc:  # shown in the page; nothing of the bench's finished requests is lost (history)
         yield BenchUpdate(f"**bench failed**: {_text(f'{type(exc).__name__}: {exc}')}")
         return
+    _reports[id(controller)] = out / "report.json"
     yield _results(report, out, time.monotonic() - started, cells)
 
 
@@ -252,6 +266,7 @@ async def _fleet_bench(controller: StudioController, config: BenchConfig) -> Asy
     note = "; the studio's servers start again as they were"
     update = _results(report, out, time.monotonic() - started, cells, note)
     _benched[id(controller)] = update.fleets
+    _reports[id(controller)] = out / "report.json"
     yield update
 
 
@@ -284,3 +299,79 @@ def apply_fleet(controller: StudioController, fleet: Mapping[str, Any]) -> str:
     controller.apply_settings(settings)
     controller.start_in_background()
     return f"applied {_text(fleet['label'])}: the studio's servers are starting (the Server view follows them)"
+
+
+# ---- a capacity plan from the last bench -------------------------------------------------------------------------
+
+# The plan form's fields, as the page labels them.
+PLAN_LABELS = {"rate_per_min": "Rate", "slo_s": "SLO", "attainment": "Within SLO", "gpus": "GPUs"}
+
+
+@dataclass(frozen=True)
+class PlanUpdate:
+    """What the Bench tab's Plan shows."""
+
+    text: str
+    plot: str | None = None  # plan.png
+    plan: str | None = None  # plan.json
+
+
+def plan_markdown(plan: CapacityPlan) -> str:
+    """The plan as the page shows it: the recommendation, a row per fleet, the capacity and the assumptions."""
+    head, *rest = plan_lines(plan)
+    rows = [
+        "| fleet | devices | p50 s | p90 s | within SLO | most videos/min |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {_text(f.label)}{'' if f.fits else ' (does not fit)'} | {devices_text(f.devices, f.device_kind)} "
+            f"| {f.p50_s:.2f} | {f.p90_s:.2f} | {f.attainment * 100:.1f}% | {f.max_rate_per_min:.1f} |"
+            for f in plan.forecasts
+        ),
+    ]
+    return "\n".join(
+        [
+            f"**{_text(head)}**",
+            "",
+            *(f"- {_text(line.strip())}" for line in rest),
+            "",
+            *rows,
+            "",
+            "Assumptions:",
+            "",
+            *(f"- {_text(line)}" for line in plan.assumptions),
+        ]
+    )
+
+
+def _plan(report_path: Path, inputs: PlanInputs) -> tuple[CapacityPlan, Path, Path]:
+    plan = make_plan(read_report(report_path), inputs, source=str(report_path))
+    path, plot = write_plan(plan, report_path.parent)
+    return plan, path, plot
+
+
+async def plan_view(controller: StudioController, form: Mapping[str, Any]) -> PlanUpdate:
+    """A capacity plan from this studio's last bench: `form` has the rate (videos/min), the SLO (s), the share
+    within it (%) and the GPUs (0: every fleet that fits this machine). plan.json and plan.png go beside the
+    bench's report."""
+    report_path = _reports.get(id(controller))
+    if report_path is None:
+        return PlanUpdate("**no plan**: run a bench with layouts first: the plan models the fleets it measured")
+    attainment = form.get("attainment")
+    if attainment is not None and not 0 < attainment < 100:
+        return PlanUpdate(f"**no plan**: Within SLO must be more than 0 and less than 100 (%), got {attainment:g}")
+    values = {
+        "rate_per_min": form.get("rate_per_min"),
+        "slo_s": form.get("slo_s"),
+        "attainment": None if attainment is None else attainment / 100,
+        "gpus": int(form["gpus"]) if form.get("gpus") else None,
+    }
+    try:
+        inputs = PlanInputs(**{key: value for key, value in values.items() if value is not None})
+    except ValidationError as exc:
+        reason = describe(exc, lambda name: PLAN_LABELS.get(name, name), lambda name: field_bounds(PlanInputs, name))
+        return PlanUpdate(f"**no plan**: {_text(reason)}")
+    try:  # seconds of simulation: off the page's event loop
+        plan, path, plot = await asyncio.to_thread(_plan, report_path, inputs)
+    except PlanError as exc:
+        return PlanUpdate(f"**no plan**: {_text(str(exc))}")
+    return PlanUpdate(plan_markdown(plan), str(plot), str(path))

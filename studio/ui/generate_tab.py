@@ -6,6 +6,7 @@ The form's components are named by the fields handlers.build_spec reads, and rea
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,15 @@ from studio import grammar, tiers
 from studio.backend.face import (
     MAX_CONCURRENCY,
     MAX_UPLOAD_BYTES,
+    RequestView,
     SeedPolicy,
     StudioController,
+    Visitor,
     engine_kind,
     image_inputs,
     summarize,
 )
-from studio.ui import figures, gallery, handlers, tables
+from studio.ui import figures, gallery, handlers, previews, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess
 from studio.ui.markdown import markdown_text
@@ -93,6 +96,17 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
         form["sound"] = gr.Checkbox(value=False, label="Sound (models that have it)", elem_id="sound")
     image_form(form, settings.engine)
     return form
+
+
+FIELD_PROBLEM_CLASS = "field-problem"
+
+
+def field_problem_update(component: gr.Component, info: str | None, problem: str | None) -> dict[str, Any]:
+    """A form field marked with what is wrong with it (its info line says it), or back to how it was."""
+    update: dict[str, Any] = {"elem_classes": [FIELD_PROBLEM_CLASS] if problem else []}
+    if "info" in inspect.signature(type(component).__init__).parameters:
+        update["info"] = f"⚠ {problem}" if problem else info or ""  # None would leave the warning shown
+    return gr.update(**update)
 
 
 def image_form(form: dict[str, gr.Component], engine: str) -> None:
@@ -211,8 +225,13 @@ def build_generate_tab(
         with gr.Column(scale=3):
             # The studio's own player and link: the files come through its file route, which checks their owner.
             video = gr.HTML("", label="Selected video", elem_id="video")
+            # A request selected in the table while it is made: its preview forms above, and it can be cancelled.
+            cancel_selected = gr.Button(
+                "Cancel this request", variant="stop", size="sm", visible=False, elem_id="cancel-selected"
+            )
             details = gr.Markdown("", elem_id="details")
             download = gr.HTML("", elem_id="download")
+            running = gr.HTML("", elem_id="running")  # the requests being made, each with its preview
             tiles = gr.Gallery(
                 label="Finished, newest first",
                 columns=3,
@@ -241,6 +260,7 @@ def build_generate_tab(
         move_up = gr.Button("Move up", elem_id="move-up", scale=1, size="sm")
         move_down = gr.Button("Move down", elem_id="move-down", scale=1, size="sm")
     plots = figure_plots()
+    selected = gr.State("")  # the request selected in the table while it is not finished: its full id
     seen_version = gr.State(-1)
     seen_finished = gr.State(-1)
 
@@ -262,6 +282,19 @@ def build_generate_tab(
             return f"**cannot generate**: {markdown_text(exc)}"
         return await handlers.submit(controller, {**values, "image": image, "image_url": image_url}, visitor)
 
+    # Each problem also next to its field (the status line says them all): a listener of its own, so that the
+    # API's /generate answers as it did.
+    base_info = {name: getattr(component, "info", None) for name, component in form.items()}
+
+    @generate.click(inputs_kwargs=form, outputs=list(form.values()), api_visibility="private", preprocess=False)
+    def on_generate_fields(image: Any = None, **values: Any) -> list[Any]:
+        try:
+            image = handlers.uploaded_image(image, Path(get_upload_folder()))
+            found = handlers.form_problems(controller, {**values, "image": image})
+        except ValueError as exc:
+            found = {"image": str(exc)}
+        return [field_problem_update(component, base_info[name], found.get(name)) for name, component in form.items()]
+
     @cancel_all.click(inputs_kwargs={"show": show}, outputs=status, api_name="cancel_all")
     async def on_cancel_all(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE):
         visitor = access.require(request, profile)
@@ -282,16 +315,66 @@ def build_generate_tab(
     def on_move_down(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str) -> str:
         return handlers.move_request(board, request_id, later=True, by=access.require(request, profile))
 
-    @requests.select(outputs=cancel_id, api_visibility="private")
-    def on_request_select(evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None) -> str:
+    def selected_area(view: RequestView, request: gr.Request) -> dict[gr.Component, Any]:
+        """The Selected video area for a request: its video once done, its preview while it is made."""
+        if view.state.finished:
+            if view.video_path is None:
+                why = view.error or view.state.value
+                return {
+                    video: "",
+                    details: f"**{view.state.value}**: {markdown_text(why)}",
+                    download: "",
+                    cancel_selected: gr.update(visible=False),
+                    selected: "",
+                }
+            return {
+                video: links.player(view.video_path, request, view.request.width / view.request.height),
+                details: tables.details_markdown(view),
+                download: links.download(view.video_path, request, "Download mp4"),
+                cancel_selected: gr.update(visible=False),
+                selected: "",
+            }
+        return {
+            video: previews.selected_forming(view, no_previews()),
+            details: tables.details_markdown(view),
+            download: "",
+            cancel_selected: gr.update(visible=True),
+            selected: view.id,
+        }
+
+    def no_previews() -> str | None:
+        """Why the engine in use sends no previews; None where it does."""
+        sends = controller.kind.capabilities.previews
+        return None if sends else sends.why_not
+
+    def visible_view(request_id: str, visitor: Visitor | None) -> RequestView | None:
+        found = board.find(request_id) if request_id else None
+        if found is None or visitor is None or not (visitor.operator or found[1].visitor_id == visitor.id):
+            return None
+        return found[1] if found[1].id == request_id else None
+
+    @requests.select(outputs=[cancel_id, selected, video, details, download, cancel_selected], api_visibility="private")
+    def on_request_select(
+        evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
         # The table shows short ids; the box gets the full one, which names the request wherever it is used.
         visitor = access.require(request, profile)
         row = evt.row_value or []
         if not row:
-            return ""
-        return handlers.full_request_id(board, str(row[0]), None if visitor.operator else visitor) or str(row[0])
+            return {cancel_id: ""}
+        full = handlers.full_request_id(board, str(row[0]), None if visitor.operator else visitor)
+        view = visible_view(full or "", visitor)
+        if view is None:
+            return {cancel_id: full or str(row[0])}
+        return {cancel_id: full, **selected_area(view, request)}
 
-    @tiles.select(outputs=[video, details, download], api_visibility="private")
+    @cancel_selected.click(inputs_kwargs={"request_id": selected}, outputs=status, api_visibility="private")
+    async def on_cancel_selected(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str):
+        visitor = access.require(request, profile)
+        async for line in handlers.cancel_request(board, request_id, visitor):
+            yield line
+
+    @tiles.select(outputs=[video, details, download, cancel_selected, selected], api_visibility="private")
     def on_tile_select(
         evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
@@ -299,19 +382,20 @@ def build_generate_tab(
         found = board.find(gallery.request_id_in(evt.value) or "")
         if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
             return {video: "", details: "no video of yours is selected", download: ""}
-        view = found[1]
-        return {
-            video: links.player(view.video_path, request, view.request.width / view.request.height),
-            details: tables.details_markdown(view),
-            download: links.download(view.video_path, request, "Download mp4"),
-        }
+        return selected_area(found[1], request)
 
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
     # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
     @gr.Timer(REFRESH_S).tick(
-        inputs=[seen_version, seen_finished, show, status, plots.span],
+        inputs=[seen_version, seen_finished, show, status, plots.span, selected],
         outputs=[
             status,
+            running,
+            video,
+            details,
+            download,
+            cancel_selected,
+            selected,
             engine_status,
             requests,
             counts,
@@ -333,6 +417,7 @@ def build_generate_tab(
         shown: str | None,
         status_shown: str | None,
         span: str | None,
+        selected_id: str | None,
         request: gr.Request,
         profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
@@ -355,9 +440,14 @@ def build_generate_tab(
         active = board.active(scope)
         if current == version and finished == finished_seen and not active:
             return updates
+        # The selected request as it forms, until it ends (then its video, once).
+        forming = visible_view(selected_id or "", visitor)
+        if forming is not None:
+            updates.update(selected_area(forming, request))
         table = tables.request_table(board, scope)
         updates.update(
             {
+                running: previews.running_tiles(active, no_previews()),
                 requests: tables.decimals(table),  # one number format per column
                 counts: tables.counts_line(board.summary(scope), len(active)),
                 standing: tables.standing_line(controller.standing(visitor)),

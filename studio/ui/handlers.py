@@ -37,6 +37,7 @@ from studio.backend.face import (
     field_bounds,
     frames_note,
     latency_parts_from_record,
+    problems,
 )
 from studio.backend.face import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
 from studio.config import StudioSettings
@@ -76,6 +77,69 @@ def describe_error(exc: Exception, tier: str | None = None) -> str:
 
 
 # ---- Generate --------------------------------------------------------------------------------------
+NUMBER_FIELDS: dict[str, type[int] | type[float]] = {
+    "frames": int,
+    "fps": int,
+    "steps": int,
+    "guidance": float,
+    "copies": int,
+    "concurrency": int,
+}
+# The form's field where a model's or the wire's field is checked under another name.
+FORM_FIELD_OF = {
+    "num_frames": "frames",
+    "num_inference_steps": "steps",
+    "guidance_scale": "guidance",
+    "generate_sound": "sound",
+    "input_reference": "image",
+    "prompt": "prompts",
+    "size": "tier",
+    "": "prompts",  # the run as a whole: said where the run starts, its prompts
+}
+
+
+def form_problems(controller: StudioController, form: dict[str, Any]) -> dict[str, str]:
+    """Each field of the Generate form that is wrong, with what is wrong in the one voice of describe_error: shown
+    next to the field, as the status line says them all. Every field that can be checked alone is; the run as a
+    whole is checked once they all pass."""
+    found: dict[str, str] = {}
+    for name, kind in NUMBER_FIELDS.items():
+        try:
+            number_field(form, name, kind)
+        except ValueError as exc:
+            found[name] = str(exc)
+    try:
+        parse_seed(form.get("seed"))
+    except ValueError as exc:
+        found["seed"] = str(exc)
+    tier, aspect = str(form.get("tier")), str(form.get("aspect") or "16:9")
+    if tier not in tiers.TIERS:
+        found["tier"] = f"unknown tier {tier!r}; choose one of {', '.join(tiers.TIERS)}"
+    elif aspect not in tiers.ASPECTS:
+        found["aspect"] = f"unknown aspect {aspect!r}; choose one of {', '.join(tiers.ASPECTS)}"
+    if "tier" in found or "aspect" in found:
+        return found  # the other fields' ranges depend on them
+    try:
+        # The fields found wrong take their defaults, so that the rest is still checked.
+        build_spec({**form, **dict.fromkeys(found)}, controller)
+    except ValidationError as exc:
+        counts = lambda field: count_range(field, tier) or field_bounds(StudioSettings, field)  # noqa: E731
+        for problem in problems(exc, counts):
+            label = field_label(problem.field)
+            found.setdefault(
+                FORM_FIELD_OF.get(problem.field, problem.field), f"{label} {problem.text}" if label else problem.text
+            )
+            if not problem.field:
+                break  # the run as a whole: said once
+    except RunTooLarge as exc:
+        found["copies"] = str(exc)
+    except (TierError, ValueError) as exc:
+        text = str(exc)
+        named = [name for name in form if text.startswith(f"{field_label(name) or name} ")]
+        found.setdefault(named[0] if named else "image" if form.get("image") else "prompts", text)
+    return {FORM_FIELD_OF.get(name, name) if name not in form else name: text for name, text in found.items()}
+
+
 def parse_seed(value: Any) -> int | None:
     text = str(value if value is not None else "").strip()
     if not text:
@@ -198,7 +262,9 @@ async def submit_run(
     try:
         spec = build_spec(form, controller)
     except (ValidationError, TierError, ValueError, RunTooLarge) as exc:
-        return Submitted(None, describe_error(exc, str(form.get("tier") or "")))
+        # Every field's problem, as the fields show them; the first one found where they name none.
+        found = form_problems(controller, form)
+        return Submitted(None, "; ".join(found.values()) or describe_error(exc, str(form.get("tier") or "")))
     if spec.input_reference is not None:
         try:
             spec = spec.model_copy(update={"input_reference": keep_upload(spec.input_reference, controller.store.root)})

@@ -85,6 +85,27 @@ CSS = """
 .gradio-container #concurrency .head label { white-space: nowrap; }
 .gradio-container #bench-apply { white-space: nowrap; }
 
+/* The requests being made, each a tile with its latest preview (studio/ui/previews.py). */
+#running .running-tiles { display: flex; flex-wrap: wrap; gap: var(--size-2); align-items: flex-start; }
+#running .running-title { flex-basis: 100%; margin: 0; font-size: var(--text-sm); color: var(--body-text-color-subdued); }
+#running .running-tile { margin: 0; }
+#running figcaption { font-size: 11px; line-height: 1.3; margin-top: 2px; overflow-wrap: anywhere; }
+#running .preview-empty, #video .preview-empty {
+    display: flex; align-items: center; justify-content: center; text-align: center; width: 100%;
+    background: var(--background-fill-secondary); border: 1px dashed var(--border-color-primary);
+    font-size: 11px; color: var(--body-text-color-subdued); padding: var(--size-1);
+}
+#video .selected-forming { display: flex; flex-direction: column; align-items: center; }
+#video .selected-forming img, #video .selected-forming .preview-empty { width: auto; max-width: 100%; height: auto; }
+#video .selected-forming .preview-empty { width: 100%; }
+#video .selected-forming-state { font-size: var(--text-sm); margin: var(--size-1) 0 0; }
+
+/* A field the check found wrong (handlers.form_problems): outlined, its info line saying what is wrong. */
+.gradio-container .field-problem { outline: 2px solid var(--error-border-color, #ef4444); outline-offset: -2px; }
+.gradio-container .field-problem [data-testid="block-info"],
+.gradio-container .field-problem .info,
+.gradio-container .field-problem span[data-testid="block-info"] + div { color: var(--error-text-color, #b91c1c); }
+
 /* Tables fit their box. Gradio sizes a dataframe's columns from a hidden row of each column's longest text; let
    that row wrap between words and the table takes the box's width, each column at least its longest word. Cells
    and headers then wrap between words, never inside one (Gradio's own wrap breaks words anywhere). */

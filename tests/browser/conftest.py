@@ -59,9 +59,11 @@ class RunningStudio:
     log: Path
 
 
-def start_studio(outputs: Path, log: Path, *extra: str, timeout_s: float = 120.0) -> RunningStudio:
+def start_studio(
+    outputs: Path, log: Path, *extra: str, timeout_s: float = 120.0, env: dict[str, str] | None = None
+) -> RunningStudio:
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
     handle = log.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "studio", "ui", "--port", str(port), "--out", str(outputs), *extra],

@@ -127,6 +127,22 @@ def test_bad_input_gets_a_clear_message(browser, studio_app):
         page.locator("#seed textarea, #seed input").first.fill("abc")
         page.locator("#generate").click()
         page.locator("#status").get_by_text("seed must be a whole number").wait_for(timeout=30_000)
+        # Each problem is also said next to its field, and goes once the field is right.
+        seed = page.locator("#seed")
+        expect(seed).to_have_class(re.compile(r"\bfield-problem\b"), timeout=30_000)
+        expect(seed).to_contain_text("seed must be a whole number")
+        expect(page.locator("#frames")).not_to_have_class(re.compile(r"\bfield-problem\b"))
+        page.locator("#steps input").fill("999")
+        page.locator("#generate").click()
+        expect(page.locator("#steps")).to_contain_text("steps must be from 1 to 200, got 999", timeout=30_000)
+        # Fixed, they lose their marks (the prompt, emptied, takes one: no run is queued by this test).
+        page.locator("#steps input").fill("2")
+        page.locator("#seed textarea, #seed input").first.fill("")
+        page.locator("#prompt textarea").fill("   ")
+        page.locator("#generate").click()
+        expect(page.locator("#prompt")).to_have_class(re.compile(r"\bfield-problem\b"), timeout=30_000)
+        expect(seed).not_to_have_class(re.compile(r"\bfield-problem\b"))
+        expect(page.locator("#steps")).not_to_contain_text("must be")
     finally:
         page.close()
 

@@ -87,8 +87,9 @@ def test_record_has_the_contracts_fields_and_unknown_or_empty_form_fields_are_no
     created = http.post("/v1/videos", files=form(prompt="fields", negative_prompt="", fps="", unknown="x", **SMALL))
     assert created.status_code == 200
     record = created.json()
-    # native_size, the engine's own field, appears only once a model made another size.
-    assert set(record) == set(JobRecord.model_fields) - {"native_size"}
+    # native_size and levers, the engine's own fields, appear only once a model made another size or a speed lever
+    # changed how the job was made.
+    assert set(record) == set(JobRecord.model_fields) - {"native_size", "levers"}
     assert JobRecord.model_validate(record).status is JobStatus.QUEUED and record["fps"] == 24.0
     done = wait_for(http, record["id"], lambda r: r["status"] in ("completed", "failed"))
     assert done["status"] == "completed" and set(done) <= set(JobRecord.model_fields)

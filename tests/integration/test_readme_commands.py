@@ -76,7 +76,7 @@ def test_every_readme_command_line_parses(line):
 
 def test_every_flag_of_the_command_table_exists():
     rows = readme_table_rows()
-    assert set(rows) == {"ui", "generate", "bench", "engine", "doctor"}
+    assert set(rows) == {"ui", "generate", "bench", "plan", "engine", "doctor"}
     for name, row in rows.items():
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", row))
         assert named <= _flags_of(name), f"{name}: {sorted(named - _flags_of(name))}"

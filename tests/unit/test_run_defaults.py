@@ -152,7 +152,7 @@ def test_the_records_are_the_studio_wide_facts():
     with pytest.raises(ValueError, match="unknown engine 'tgi'"):
         engine_kind("tgi")
     assert kind_of_job("cosmos-framework-sync-abc") is COSMOS_FRAMEWORK and kind_of_job("video_gen_1") is None
-    assert [kind.name for kind in KINDS.values() if kind.capabilities.previews] == []
+    assert [kind.name for kind in KINDS.values() if kind.capabilities.previews] == ["embedded"]
     assert not COSMOS_FRAMEWORK.capabilities.queue_and_inference and EMBEDDED.capabilities.queue_and_inference
     assert (VLLM_OMNI.launcher is not None, REMOTE.launcher, REMOTE.replica) == (True, None, None)
     wide = settings_of("vllm-omni", tensor_parallel_size=2, cfg_parallel_size=2, ring_degree=2)

@@ -79,6 +79,13 @@ class BenchConfig(BaseModel):
     request_rate: float | None = Field(
         default=None, gt=0, description="open loop: Poisson arrivals per second (default: closed loop)"
     )
+    slots_per_server: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="open loop: requests at each server at once, as the studio's in-flight slots let them through; "
+        "the rest wait in the studio, their wait counted in their latency (default: no limit)",
+    )
     warmup: int = Field(
         default=1,
         ge=0,
@@ -151,7 +158,7 @@ class BenchConfig(BaseModel):
             raise ValueError(f"guardrails takes on, off or on,off, got {value!r}")
         return list(dict.fromkeys(choices))
 
-    @field_validator("frames", "steps", "request_rate", "slo_s", mode="before")
+    @field_validator("frames", "steps", "request_rate", "slots_per_server", "slo_s", mode="before")
     @classmethod
     def _optional_number(cls, value: Any) -> Any:
         return _unset_when_blank(value)

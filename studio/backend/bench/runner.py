@@ -6,6 +6,8 @@ then its measured requests: closed loop (at most `concurrency` in flight) or ope
 each fleet (layout x variant, bench_fleets.py) in turn: start it, warm every replica, measure, stop it.
 Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a recommendation per
 tier (for fleets: the Pareto set and the fleet to run, pareto.py). The form is studio/backend/bench/config.py.
+Asked for it, the report of a fleet bench also carries a capacity plan from its cells (`plan`: plan.py), or a plan
+set beside the run that verified it (`verify`: plan.check_plan).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from studio.backend.bench.fleets import (
 )
 from studio.backend.bench.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.bench.pareto_plot import pareto_figure
+from studio.backend.bench.plan import CapacityPlan, PlanError, check_plan, make_plan, write_plan
+from studio.backend.bench.plan_inputs import PlanInputs
 from studio.backend.clients.router import EndpointPool
 from studio.backend.engine_kinds import engine_kind
 from studio.backend.runs.request_state import RequestState, RequestView
@@ -216,7 +220,10 @@ async def run_cell(
         )
         await warm.wait()
     arrivals = poisson_arrivals(len(prompts), config.request_rate, rng) if config.request_rate else None
-    cap = MAX_CONCURRENCY if config.request_rate else concurrency
+    cap = concurrency
+    if config.request_rate:  # open loop: no cap but the studio's slots, where they are asked for
+        slots = config.slots_per_server
+        cap = MAX_CONCURRENCY if slots is None else min(MAX_CONCURRENCY, slots * len(pool.endpoints))
     run = Run(
         cell_spec(config, tier, guardrails, settings, prompts, cap),
         pool,
@@ -500,9 +507,14 @@ async def bench_fleets(
     out: Path,
     on_progress: ProgressCallback,
     on_stage: StageCallback,
+    *,
+    plan_rate_per_min: float | None = None,
+    verify: CapacityPlan | None = None,
 ) -> dict[str, Any]:
     """Every cell on each fleet in turn, then the report, the CSVs, the plots and the Pareto plot in `out`.
-    A fleet that does not start is reported and skipped; where none starts, ServerStartError says why for each."""
+    A fleet that does not start is reported and skipped; where none starts, ServerStartError says why for each.
+    `plan_rate_per_min`: a capacity plan at that rate from the cells, in the report (and plan.json, plan.png);
+    `verify`: a plan whose fleets these cells ran at its rate, its figures beside theirs in the report."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     on_ray = next((fleet.settings for fleet in fleets if fleet.on_ray), None)
@@ -525,6 +537,7 @@ async def bench_fleets(
             **config.model_dump(mode="json"),
             "engine": settings.engine,
             "model": next((r["model"] for r in records if r.get("model")), settings.model),
+            "in_flight_slots": settings.in_flight_slots,  # the studio's (None: 8 per server), for a plan
         },
         "environment": _environment(started),
         "cluster": cluster,
@@ -532,9 +545,26 @@ async def bench_fleets(
         **parts,
         "requests": request_rows(cells),
     }
+    if plan_rate_per_min is not None:
+        report["plan"] = _plan(report, config, plan_rate_per_min, out)
+    if verify is not None:
+        report["verify"] = check_plan(verify, report, verify.source).model_dump(mode="json")
     _write_report(out, report, cells)
     pareto_figure(parts["cells"], chosen, config.slo_s).savefig(out / PARETO_PLOT)
     return report
+
+
+def _plan(report: dict[str, Any], config: BenchConfig, rate_per_min: float, out: Path) -> dict[str, Any]:
+    """The report's own capacity plan at `rate_per_min` within its SLO (plan.json and plan.png beside it), or why
+    there is none."""
+    if config.slo_s is None:
+        return {"error": "a plan needs the latency objective: give --slo-seconds"}
+    try:
+        plan = make_plan(report, PlanInputs(rate_per_min=rate_per_min, slo_s=config.slo_s), str(out / "report.json"))
+    except PlanError as exc:
+        return {"error": str(exc)}
+    write_plan(plan, out)
+    return plan.model_dump(mode="json")
 
 
 async def run_bench(
@@ -543,9 +573,13 @@ async def run_bench(
     out: Path,
     console: Console | None = None,
     fleets: list[Fleet] | None = None,
+    *,
+    plan_rate_per_min: float | None = None,
+    verify: CapacityPlan | None = None,
 ) -> dict[str, Any]:
     """`omni-studio bench`: each fleet (layout x variant; by default --replicas x --tp as set) in turn, or the
-    --url servers as they are. `fleets`: planned already (plan_bench), else planned here."""
+    --url servers as they are. `fleets`: planned already (plan_bench), else planned here. `plan_rate_per_min` and
+    `verify`: as bench_fleets takes them (fleets the bench starts only)."""
     console = console or Console(stderr=True, soft_wrap=True)
     out.mkdir(parents=True, exist_ok=True)
     store = OutputStore(out / "outputs")
@@ -581,6 +615,16 @@ async def run_bench(
             # With --cluster ray: one Ray for every fleet, left at the end where the bench joined it.
             with bench_cluster(settings):
                 fleets = fleets if fleets is not None else plan_bench(settings, config)
-                return await bench_fleets(fleets, store, settings, config, out, on_progress, console.print)
+                return await bench_fleets(
+                    fleets,
+                    store,
+                    settings,
+                    config,
+                    out,
+                    on_progress,
+                    console.print,
+                    plan_rate_per_min=plan_rate_per_min,
+                    verify=verify,
+                )
     finally:
         store.close()

@@ -52,6 +52,7 @@ from studio.protocol import (
     JobError,
     JobRecord,
     JobStatus,
+    PreviewEvent,
     ProgressEvent,
     VideoRequest,
     error_message,
@@ -198,7 +199,7 @@ class CosmosFrameworkClient(ServerClient):
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
         on_accepted: Callable[[JobRecord], None] | None = None,
-        on_step: Callable[[ProgressEvent], None] | None = None,  # never called: the server tells no steps
+        on_event: Callable[[ProgressEvent | PreviewEvent], None] | None = None,  # never called: it tells no steps
     ) -> JobOutcome:
         """POST /generate and wait for the answer (at most `timeout_s`), then download the mp4 to `dest`.
         Cancelling the task stops the waiting only: the server has no cancel and finishes the video."""
@@ -348,7 +349,7 @@ class CosmosFrameworkClient(ServerClient):
         on_update: UpdateCallback | None = None,
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
-        on_step: Callable[[ProgressEvent], None] | None = None,  # never called: the server tells no steps
+        on_event: Callable[[ProgressEvent | PreviewEvent], None] | None = None,  # never called: it tells no steps
     ) -> JobOutcome:
         """A request of an earlier studio cannot be followed: there is no job to ask about."""
         raise ClientError(NO_FOLLOW_UP)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import logging
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable
@@ -24,9 +26,11 @@ from pydantic import ValidationError
 from studio.backend.clients.events import server_events
 from studio.backend.clients.http import async_client, tls_context
 from studio.protocol import (
+    ORDER_HEADER,
     EventType,
     JobRecord,
     JobStatus,
+    PreviewEvent,
     ProgressEvent,
     VideoRequest,
     error_message,
@@ -335,6 +339,10 @@ class VideoClient(ServerClient):
         # Whether the server offers a job's events (the embedded engine does; vLLM-Omni has no such route): None
         # until the first job tells.
         self.events_offered: bool | None = None
+        # The order its POSTs were sent in, for servers that keep it where they arrive out of it (the embedded
+        # engine; others ignore the header): a stream of its own, counted from 0.
+        self._send_stream = secrets.token_hex(8)
+        self._sent = itertools.count()
 
     @property
     def _sdk(self) -> openai.AsyncOpenAI:
@@ -369,7 +377,8 @@ class VideoClient(ServerClient):
         reference = request.input_reference
         # Never retried: a retry after a lost response would create a second job.
         sdk = self._sdk.with_options(max_retries=0)
-        kwargs: dict[str, Any] = {"prompt": prompt, "extra_body": fields}
+        order = f"{self._send_stream}.{next(self._sent)}"  # taken before the first await: the order of the calls
+        kwargs: dict[str, Any] = {"prompt": prompt, "extra_body": fields, "extra_headers": {ORDER_HEADER: order}}
         if reference is not None:
             kwargs["input_reference"] = (Path(reference).name, Path(reference).read_bytes())
         return await self._job_answer(sdk.videos.with_raw_response.create(**kwargs), "create")
@@ -408,7 +417,7 @@ class VideoClient(ServerClient):
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
         on_accepted: Callable[[JobRecord], None] | None = None,
-        on_step: StepCallback | None = None,
+        on_event: JobEventCallback | None = None,
     ) -> JobOutcome:
         """Create, follow until finished, download. Cancelling the task DELETEs the job on the server."""
         timings = timings or RequestTimings()
@@ -418,13 +427,13 @@ class VideoClient(ServerClient):
         timings.accepted = time.time()
         if on_accepted is not None:
             on_accepted(record)
-        return await self.follow(record, dest, on_update, timeout_s, timings, on_step)
+        return await self.follow(record, dest, on_update, timeout_s, timings, on_event)
 
     async def _follow_events(
         self,
         record: JobRecord,
         on_update: UpdateCallback | None,
-        on_step: StepCallback | None,
+        on_event: JobEventCallback | None,
         deadline: float,
         timings: RequestTimings,
     ) -> JobRecord | None:
@@ -459,8 +468,13 @@ class VideoClient(ServerClient):
                         if timings.first_running is None:
                             timings.first_running = now
                         timings.last_unfinished = now
-                        if on_step is not None:
-                            on_step(step)
+                        if on_event is not None:
+                            on_event(step)
+                    elif kind == EventType.PREVIEW:
+                        # What the video looks like so far: for the caller alone, nothing to record.
+                        if on_event is not None:
+                            on_event(PreviewEvent.model_validate_json(data))
+                        continue
                     elif kind == EventType.STATUS:
                         record = JobRecord.model_validate_json(data)
                         if not record.finished:
@@ -488,11 +502,11 @@ class VideoClient(ServerClient):
         on_update: UpdateCallback | None = None,
         timeout_s: float = 3600.0,
         timings: RequestTimings | None = None,
-        on_step: StepCallback | None = None,
+        on_event: JobEventCallback | None = None,
     ) -> JobOutcome:
         """Follow a job the server already has until it finishes, then download it (also after a restart of the
         studio: the job is found again by its id): by its events where the server offers them (each step reaches
-        `on_step`), else by polling."""
+        `on_event`), else by polling."""
         timings = timings or RequestTimings()
         await notify(on_update, record)
         deadline = time.monotonic() + timeout_s
@@ -502,7 +516,7 @@ class VideoClient(ServerClient):
         mark = (time.monotonic(), record.progress if record.status is JobStatus.IN_PROGRESS else 0.0)
         self._following += 1
         try:
-            followed = await self._follow_events(record, on_update, on_step, deadline, timings)
+            followed = await self._follow_events(record, on_update, on_event, deadline, timings)
             if followed is not None:
                 record = followed  # where the stream broke off, polling goes on from what it said last
             while not record.finished:
@@ -586,7 +600,8 @@ class VideoClient(ServerClient):
         raise RequestRejected(f"HTTP {exc.status_code}: {self._message(exc)}", exc.status_code) from exc
 
 
-StepCallback = Callable[[ProgressEvent], None]
+# A job's step (ProgressEvent) or its look so far (PreviewEvent), as its events tell them.
+JobEventCallback = Callable[[ProgressEvent | PreviewEvent], None]
 
 
 async def notify(callback: UpdateCallback | None, record: JobRecord) -> None:

@@ -22,7 +22,7 @@ from studio.backend.clients.vllm_omni import RequestTimings
 from studio.backend.engine_kinds import EngineKind, kind_of_job
 from studio.backend.runs.stats import RequestSample
 from studio.backend.visitors import LOCAL_OPERATOR
-from studio.protocol import JobRecord, JobStatus, VideoRequest, is_guardrail_block
+from studio.protocol import JobRecord, JobStatus, PreviewEvent, ProgressEvent, VideoRequest, is_guardrail_block
 
 
 class RequestState(StrEnum):
@@ -63,6 +63,9 @@ class RequestView:
     # Its denoising steps, where the server tells them (a job's events): None where it tells only a percentage.
     step: int | None = None
     total_steps: int | None = None
+    # What its video looks like so far, where the server sends previews (the embedded engine): its latest, kept in
+    # memory only, for the page of its visitor and of operators.
+    preview: PreviewEvent | None = None
 
     # ---- what it is --------------------------------------------------------------------------------
     @property
@@ -171,6 +174,14 @@ class RequestView:
         self.step, self.total_steps = step, total_steps
         self.server_progress_is_real = True
 
+    def job_event(self, event: ProgressEvent | PreviewEvent) -> None:
+        """One of its job's events: a step, or the latest preview (an earlier one is dropped)."""
+        if isinstance(event, PreviewEvent):
+            if self.preview is None or event.step >= self.preview.step:
+                self.preview = event
+        else:
+            self.stepped(event.step, event.total_steps)
+
     def requeue(self) -> None:
         """Its server lost the job before starting it: back to waiting in the studio, to be sent again."""
         self.resubmissions += 1
@@ -189,3 +200,4 @@ class RequestView:
         self.state, self.error, self.finished_at = state, error, time.time()
         if state is RequestState.DONE:
             self.progress = 100.0
+            self.preview = None  # the video itself is there now

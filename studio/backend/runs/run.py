@@ -476,7 +476,7 @@ class Run:
                 timeout_s=self.request_timeout_s,
                 timings=view.timings,
                 on_accepted=lambda record: self._accept(view, record),
-                on_step=lambda step: view.stepped(step.step, step.total_steps),
+                on_event=view.job_event,
             )
 
         await self._see_through(view, endpoint, create, unreachable_raises=True)
@@ -495,7 +495,7 @@ class Run:
                     on_update=lambda update: self._track(view, update),
                     timeout_s=self.request_timeout_s,
                     timings=view.timings,
-                    on_step=lambda step: view.stepped(step.step, step.total_steps),
+                    on_event=view.job_event,
                 ),
                 failure_prefix=recovery.failure_prefix,
             )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from studio.backend.engine_kinds import engine_kind
 from studio.backend.servers.machine import gpus_found
-from studio.config import StudioSettings
+from studio.config import EmbeddedEngineSettings, StudioSettings
 
 INSTALL_HINT = (
     "install vLLM-Omni into an environment (`pip install vllm vllm-omni`, see "
@@ -251,6 +251,17 @@ def embedded_launch(
         argv.append("--no-guardrails")
     if settings.engine_threads:
         argv += ["--threads", str(settings.engine_threads)]
+    if not settings.engine_previews:
+        argv.append("--no-previews")
+    if settings.engine_preview_interval_s != EmbeddedEngineSettings.model_fields["engine_preview_interval_s"].default:
+        argv += ["--preview-interval-s", str(settings.engine_preview_interval_s)]
+    if settings.engine_step_cache != "off":
+        argv += [
+            "--step-cache",
+            settings.engine_step_cache,
+            "--step-cache-interval",
+            str(settings.engine_step_cache_interval),
+        ]
     # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism). The
     # other vLLM-Omni levers (ring, cache, quantization, attention backend, eager, VAE tiling) have no engine flag.
     if settings.cfg_parallel_size > 1:

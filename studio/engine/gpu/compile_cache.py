@@ -12,6 +12,8 @@ code. A changed key is another folder: that start compiles afresh. Each rank kee
     <root>/<digest>/rank<r>/artifacts.bin torch.compiler's portable cache artifacts, loaded at start
     <root>/<digest>/rank<r>/manifest.json the engine's own picks (attention kernel, VAE layout), the artifacts'
                                           checksum; written last, so an entry without it is not complete
+    <root>/latent-rgb/<fingerprint>.json  latent RGB maps fitted at start-up for the previews, one per VAE
+                                          (studio.engine.latent_rgb: a VAE's map, whatever the key)
 
 An entry that cannot be read, fails its checksum or was made for another key is logged and started afresh;
 a root that cannot be written leaves the cache off for that start. Neither stops the engine.
