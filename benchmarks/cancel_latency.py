@@ -16,7 +16,6 @@ The engines are preview_overhead.py's: on a CPU the small model served by `pytho
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import threading
@@ -28,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from preview_overhead import engine_for, job_form, machine, parse_args, sse_events
+from preview_overhead import engine_for, job_form, machine, parse_args, sse_events, write_report
 
 from studio.tiers import size_for
 
@@ -132,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "answers": sorted({t.answer_status for t in timings}),
         "jobs": [asdict(t) for t in timings],
     }
-    print(json.dumps({k: v for k, v in report.items() if k != "jobs"}, indent=1))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(report, args.out)
     return 0
 
 

@@ -326,11 +326,16 @@ def main(argv: list[str] | None = None) -> int:
         **summary(timings),
         "jobs": [asdict(t) for t in timings],
     }
-    print(json.dumps({k: v for k, v in report.items() if k != "jobs"}, indent=1))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(report, args.out)
     return 0
+
+
+def write_report(report: dict, out: Path | None) -> None:
+    """The figures printed (each job's left out) and, with --out, written whole."""
+    print(json.dumps({k: v for k, v in report.items() if k != "jobs"}, indent=1))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ The form's components are named by the fields handlers.build_spec reads, and rea
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,11 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
 
 
 FIELD_PROBLEM_CLASS = "field-problem"
+
+
+def digest(text: str) -> str:
+    """A short digest of what a component shows: kept in the session's state to tell whether it changed."""
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def field_problem_update(component: gr.Component, info: str | None, problem: str | None) -> dict[str, Any]:
@@ -263,6 +269,9 @@ def build_generate_tab(
     selected = gr.State("")  # the request selected in the table while it is not finished: its full id
     seen_version = gr.State(-1)
     seen_finished = gr.State(-1)
+    # What the tiles of requests being made and the selected one's preview last showed (their digests): previews
+    # are inline images, sent again only when one changed.
+    seen_previews = gr.State(("", ""))
 
     # preprocess=False: the form's values reach the studio's own checks as sent (a caller's "abc" frames or NaN
     # steps get the field's message, not Gradio's); an image still arrives only from Gradio's upload folder.
@@ -387,7 +396,7 @@ def build_generate_tab(
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
     # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
     @gr.Timer(REFRESH_S).tick(
-        inputs=[seen_version, seen_finished, show, status, plots.span, selected],
+        inputs=[seen_version, seen_finished, show, status, plots.span, selected, seen_previews],
         outputs=[
             status,
             running,
@@ -407,6 +416,7 @@ def build_generate_tab(
             plots.throughput,
             seen_version,
             seen_finished,
+            seen_previews,
         ],
         show_progress="hidden",
         api_visibility="private",
@@ -418,6 +428,7 @@ def build_generate_tab(
         status_shown: str | None,
         span: str | None,
         selected_id: str | None,
+        previews_seen: Any,
         request: gr.Request,
         profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
@@ -441,13 +452,22 @@ def build_generate_tab(
         if current == version and finished == finished_seen and not active:
             return updates
         # The selected request as it forms, until it ends (then its video, once).
+        tiles_seen, area_seen = previews_seen if isinstance(previews_seen, (tuple, list)) else ("", "")
         forming = visible_view(selected_id or "", visitor)
+        area_digest = area_seen
         if forming is not None:
-            updates.update(selected_area(forming, request))
+            area = selected_area(forming, request)
+            area_digest = digest(f"{area[video]}{area[details]}{forming.state}")
+            if area_digest != area_seen:
+                updates.update(area)
+        tiles_html = previews.running_tiles(active, no_previews())
+        tiles_digest = digest(tiles_html)
+        if tiles_digest != tiles_seen:
+            updates[running] = tiles_html
+        updates[seen_previews] = (tiles_digest, area_digest)
         table = tables.request_table(board, scope)
         updates.update(
             {
-                running: previews.running_tiles(active, no_previews()),
                 requests: tables.decimals(table),  # one number format per column
                 counts: tables.counts_line(board.summary(scope), len(active)),
                 standing: tables.standing_line(controller.standing(visitor)),
