@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._inductor.config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -206,17 +207,23 @@ def kernel_trace(forward: Any, inputs: tuple[torch.Tensor, ...], count: int) -> 
 def configure(generator: VideoGenerator, variant: str) -> None:
     """Apply `variant` to the generator's loaded transformer and compile its blocks again. Variants add up, in
     the order given: `plain` (as the engine loads it without its own kernels), `fused` (the engine's kernels,
-    studio.engine.gpu.kernels), `tuned-pointwise` (the compiler also times the block sizes of its fused kernels)."""
+    studio.engine.gpu.kernels), `tuned-pointwise` (the compiler also times the block sizes of its fused kernels), `fp8` and `fp8-ffn` (the
+    blocks' products in fp8, studio.engine.gpu.fp8: all their linear layers, or the feed-forward's alone)."""
     transformer = generator.pipe.transformer
     if variant == "fused":
         generator.gpu.install_kernels(generator.pipe)
         if not generator.gpu.kernels:
             raise RuntimeError("the engine's kernels did not install (see the log)")
     elif variant == "tuned-pointwise":
-        import torch._inductor.config
-
         # A global setting, as the engine sets it: torch.compile's `options` cannot be given with a `mode`.
         torch._inductor.config.coordinate_descent_tuning = True
+    elif variant in ("fp8", "fp8-ffn"):
+        from studio.engine.gpu import fp8
+
+        kinds = fp8.LAYER_KINDS if variant == "fp8" else ("ffn",)
+        if generator.gpu.fp8 is not None:
+            generator.gpu.fp8.undo()
+        generator.gpu.fp8, generator.gpu.fp8_difference = fp8.install_checked(transformer, "cuda", kinds)
     elif variant != "plain":
         raise ValueError(f"unknown variant {variant!r}")
     torch.compiler.reset()

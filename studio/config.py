@@ -118,6 +118,13 @@ class EmbeddedEngineSettings(BaseModel):
     engine_step_cache_interval: int = Field(
         title="Step cache interval", default=2, ge=1, le=8, description="one step computed in every N (step cache)"
     )
+    engine_quantization: Literal["none", "fp8"] = Field(
+        title="Quantization",
+        default="none",
+        description="the embedded engine's transformer matmuls: none (bf16, exact) or fp8 (e4m3 weights with a "
+        "scale per output channel, activations scaled per token; a CUDA GPU of compute capability 8.9 or newer, "
+        "Wan pipelines only)",
+    )
 
 
 class ServerLevers(BaseModel):
@@ -719,6 +726,13 @@ class EngineSettings(BaseSettings):
     )
     step_cache_final_steps: int = Field(
         default=1, ge=0, le=50, description="with a step cache: the last N steps computed"
+    )
+    # Fewer bits per matmul (studio/engine/gpu/fp8.py): none keeps the transformer in bf16.
+    quantization: Literal["none", "fp8"] = Field(
+        default="none",
+        description="fp8: the transformer blocks' linear layers run as fp8 matmuls (e4m3 weights with a scale per "
+        "output channel, activations scaled per token inside the compiled blocks); a CUDA GPU of compute "
+        "capability 8.9 or newer, Wan pipelines only",
     )
 
     # One request across several GPUs (the engine starts a process per GPU; it serves from the first).

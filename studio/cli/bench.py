@@ -57,6 +57,8 @@ SUMMARY_COLUMNS = {
     "infer s": "inference_mean_s",
     "videos/min": "videos_per_min",
     "per device": "videos_per_min_per_device",
+    # A variant's videos against the baseline's twins (the same prompt and seed): what it costs in fidelity.
+    "vs baseline: mean / max levels, PSNR": "vs_baseline",
     "goodput": "goodput",
     "pareto": "pareto",
 }
@@ -259,6 +261,12 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"{fleet['label']}: did not start: {fleet['error']}")
         elif fleet.get("nodes"):
             out.print(f"{fleet['label']}: {placement_line(fleet['nodes'])}")
+    if "fidelity" in report:
+        out.print(
+            f"fidelity (each variant's videos vs {report['fidelity']['baseline']}'s of the same prompt and seed):"
+        )
+        for line in report["fidelity"]["summary"]:
+            out.print(f"  {line}")
     plots = "*.png" if "fleets" not in report else "*.png, pareto.png"
     out.print(f"report: {command.out / 'report.json'} (requests.csv, summary.csv, {plots} beside it)")
     if "verify" in report:

@@ -32,6 +32,7 @@ from studio.engine.device_thread import DeviceThread
 from studio.engine.generation_types import BatchItem, GenerationOutput, GenerationParams, ModelLoadError, ResultCallback
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND
 from studio.engine.gpu.compile_cache import CompileCache
+from studio.engine.gpu.fp8 import Fp8Unavailable, fp8_available
 from studio.engine.gpu.gpu_setup import GpuSetup
 from studio.engine.latent_rgb import LatentRgbMap, map_for_vae
 from studio.engine.loader import PipelineFacts, from_pretrained, set_up_device
@@ -73,12 +74,20 @@ class VideoGenerator:
         parallel: ParallelSettings | None = None,
         rank: ParallelRank | None = None,
         compile_cache: CompileCache | None = None,
+        quantization: str = "none",
     ):
         self.model = model
         self.device, self.dtype = set_up_device(device, threads)
         self.threads = threads or 0  # 0: no budget (torch and the encoder use every core)
         self.gpu = GpuSetup(
-            self.device, compile, compile_mode, attention_backend, cuda_graphs, fused_kernels, tune_kernels
+            self.device,
+            compile,
+            compile_mode,
+            attention_backend,
+            cuda_graphs,
+            fused_kernels,
+            tune_kernels,
+            quantization,
         )
         # What each follower rank is made with (the same settings: every rank compiles the same graphs).
         self._options: dict[str, Any] = {
@@ -90,6 +99,7 @@ class VideoGenerator:
             "cuda_graphs": cuda_graphs,
             "fused_kernels": fused_kernels,
             "tune_kernels": tune_kernels,
+            "quantization": quantization,
         }
         self.prompts = PromptEmbeddings(text_cache_size)
         self.buckets = BatchBuckets()
@@ -177,14 +187,38 @@ class VideoGenerator:
         if self.vae_channels_last is None:
             self.vae_channels_last = cached_layout
         forward = TransformerForward(self.pipe)
+        if self.gpu.quantization != "none":
+            self._check_quantization_runs_here()
         if self.device == "cuda" and self.facts.batched_loop:
-            self.gpu.apply(self.pipe, forward, self.dtype, cached_backend=cached_backend)
+            try:
+                self.gpu.apply(self.pipe, forward, self.dtype, cached_backend=cached_backend)
+            except Fp8Unavailable as exc:
+                raise ModelLoadError(f"--quantization fp8: {exc}; start it with --quantization none") from exc
         self._install_sequence_parallel()
         if self.rank is None or self.rank.is_leader:
             self.previews = self._make_previews()
         self._denoise = BatchedDenoiser(
             self.pipe, self.facts, self.device, self.prompts, self.buckets, self.gpu, forward, self.rank, self.previews
         )
+
+    def _check_quantization_runs_here(self) -> None:
+        """Refuse at load, not ignore, a quantization this device or pipeline cannot run: a user who asked for fp8
+        would otherwise measure bf16."""
+        assert self.facts is not None
+        problem = fp8_available(self.device)
+        if problem is None and not self.facts.batched_loop:
+            problem = (
+                f"fp8 matmuls run Wan pipelines on the engine's own denoising loop, not {type(self.pipe).__name__}"
+            )
+        if problem is not None:
+            raise ModelLoadError(
+                f"--quantization {self.gpu.quantization}: {problem}; start it with --quantization none"
+            )
+
+    @property
+    def levers(self) -> dict[str, str]:
+        """The server-wide levers in force that change a video's arithmetic (a job's record names them)."""
+        return self.gpu.levers
 
     def _make_previews(self) -> DevicePreviews:
         """Previews of this pipeline: from its latents where its VAE has a latent RGB map (found, or fitted now),

@@ -91,6 +91,7 @@ class Job:
     place: SendPlace | None = None  # where its client's X-Omni-Studio-Order put it among the jobs it sent
     previews_wanted: bool = True  # its request's extra_params.previews
     preview: PreviewImage | None = None  # its latest preview
+    server_levers: dict[str, str] = field(default_factory=dict)  # the server-wide levers it was made with (fp8)
 
     def stepped(self, done: int, total: int) -> None:
         """A denoising step finished (called on the worker thread, as the loop reports it)."""
@@ -146,8 +147,15 @@ class Job:
             stage_durations=self.stage_durations or {},
             peak_memory_mb=self.peak_memory_mb or 0.0,
             native_size=f"{self.native_size[0]}x{self.native_size[1]}" if self.native_size is not None else None,
-            levers={"step_cache": self.params.step_cache.label()} if self.params.step_cache.active else None,
+            levers=self.levers() or None,
         )
+
+    def levers(self) -> dict[str, str]:
+        """The speed levers that changed how this job was made: the server's (fp8) and its own step cache."""
+        levers = dict(self.server_levers)
+        if self.params.step_cache.active:
+            levers["step_cache"] = self.params.step_cache.label()
+        return levers
 
 
 # What the worker is handed, instead of jobs, when it should make the warm-up's next run.
@@ -240,6 +248,7 @@ class JobManager:
             created_at=int(time.time()),
             listed=listed,
             requested_frames=params.num_frames,
+            server_levers=dict(getattr(self.generator, "levers", None) or {}),
         )
 
     def submit(self, job: Job) -> Job:

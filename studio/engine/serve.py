@@ -70,6 +70,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
             text_cache_size=settings.text_cache_size,
             parallel=parallel,
             compile_cache=cache,
+            quantization=settings.quantization,
         )
         generator.load()
     except ModelLoadError as exc:
@@ -152,7 +153,8 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
     gc.freeze()
     gc.enable()
     log.info(
-        "serving %s on http://%s:%d (device %s, guardrails %s, max batch %d, previews %s, step cache %s)",
+        "serving %s on http://%s:%d (device %s, guardrails %s, max batch %d, previews %s, step cache %s, "
+        "quantization %s)",
         settings.model_name,
         settings.host,
         settings.port,
@@ -161,6 +163,7 @@ def serve_engine(settings: EngineSettings, log: logging.Logger) -> int:
         max_batch,
         f"every {settings.preview_interval_s:g} s at most" if settings.previews else "off",
         step_cache.label(),
+        "fp8" if generator.levers.get("quantization") == "fp8" else "none",
     )
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
@@ -193,6 +196,7 @@ def compile_cache_for(
         "cuda_graphs": settings.cuda_graphs,
         "fused_kernels": settings.fused_kernels,
         "tune_kernels": settings.tune_kernels,
+        "quantization": settings.quantization,
         "cfg_parallel_size": parallel.cfg_parallel_size,
         "ulysses_degree": parallel.ulysses_degree,
     }

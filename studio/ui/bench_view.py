@@ -66,11 +66,13 @@ SUMMARY_COLUMNS = {
     "inference_mean_s": "inference s (at most)",
     "videos_per_min": "videos/min",
     "videos_per_min_per_device": "videos/min per device",
+    # A variant's videos against the baseline's twins (the same prompt and seed), beside its speed.
+    "vs_baseline": "vs baseline: mean / max levels, PSNR",
     "goodput": "goodput",
     "pareto": "Pareto set",
 }
 # Shown until a bench has run: the columns of a bench on the studio's own servers.
-FLEET_ONLY = ("layout", "variant", "nodes", "videos_per_min_per_device", "pareto")
+FLEET_ONLY = ("layout", "variant", "nodes", "videos_per_min_per_device", "vs_baseline", "pareto")
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,9 @@ def _results(report: dict[str, Any], out: Path, took_s: float, cells: int, note:
     chosen = next(iter(report.get("recommendations", [])), {})
     recommended = f"{chosen['layout']} {chosen['variant']}" if chosen.get("layout") else None
     lines = [f"- {_text(line)}" for line in report["recommendation"]]
+    if "fidelity" in report:
+        lines.append(f"- fidelity, each variant's videos vs {_text(report['fidelity']['baseline'])}'s twins:")
+        lines += [f"  - {_text(line)}" for line in report["fidelity"]["summary"]]
     lines += [
         f"- {_text(record['label'])} did not start: {_text(record['error'])}"
         for record in report.get("fleets", [])

@@ -1,12 +1,13 @@
 """The Server tab: the managed server's state and log, the endpoints' load (each replica's node, GPUs, state and
 queue), the fleet's scaling and its last decisions, start / stop / restart with new settings, and the doctor. The settings form is keyed by StudioSettings' field names, whose descriptions are the
-fields' help. Its vLLM-Omni levers show only where the installed vLLM-Omni has their flags (read from its help)."""
+fields' help. Its vLLM-Omni levers show only where the installed vLLM-Omni has their flags (read from its help); the
+embedded engine's own levers (step cache, quantization, previews) only where the engine is the embedded one."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, get_args
 
 import gradio as gr
@@ -67,6 +68,11 @@ def titled(name: str) -> str:
 
 def _is_bool(name: str) -> bool:
     return StudioSettings.model_fields[name].annotation is bool
+
+
+def _literal_choices(name: str) -> list[str]:
+    """The values a setting declared as a Literal takes (empty for any other setting)."""
+    return [str(value) for value in get_args(StudioSettings.model_fields[name].annotation)]
 
 
 def _elem_id(name: str) -> str:
@@ -136,6 +142,51 @@ def lever_visibility(flags: frozenset[str] | None, why: str = "") -> tuple[dict[
 # What every managed server takes, whatever its engine: how long it may take to start, and its guardrails.
 START_SETTINGS = ("guardrails", "init_timeout_s")
 
+# The embedded engine's own levers (studio.config.EmbeddedEngineSettings; the embedded launcher passes them as the
+# engine's flags), a column each of what goes together: the step cache and its interval, quantization, previews and
+# their interval. Its device, threads and blocklist say where and how it runs at all, and stay with the command line
+# that starts the studio.
+ENGINE_LEVER_COLUMNS = (
+    ("engine_step_cache", "engine_step_cache_interval"),
+    ("engine_quantization",),
+    ("engine_previews", "engine_preview_interval_s"),
+)
+ENGINE_LEVERS = tuple(name for column in ENGINE_LEVER_COLUMNS for name in column)
+# Narrow enough that the three columns stay side by side on a small laptop (1024 px), as one group of levers.
+ENGINE_LEVER_MIN_WIDTH = 260
+ENGINE_LEVERS_TITLE = "Embedded engine levers"
+
+
+def reads_engine_levers(settings: StudioSettings) -> bool:
+    """Whether the settings' engine is the embedded one, whose servers take ENGINE_LEVERS: the one kind the studio
+    starts that does not take vLLM-Omni's serve flags."""
+    kind = engine_kind(settings)
+    return kind.managed and not kind.reads_serve_levers
+
+
+def _engine_lever(settings: StudioSettings, name: str) -> gr.Component:
+    """One of the embedded engine's levers: its choices as a menu of them alone (the engine takes no other), a
+    switch as a checkbox, a number as a number box. Bounds are left to the settings' check, so that a value out of
+    them is answered in words beside Restart, as the server levers' are."""
+    common: dict[str, Any] = {"label": titled(name), "info": described(name), "elem_id": _elem_id(name)}
+    if choices := _literal_choices(name):
+        return gr.Dropdown(choices, value=getattr(settings, name), **common)
+    if _is_bool(name):
+        return gr.Checkbox(value=getattr(settings, name), **common)
+    whole = StudioSettings.model_fields[name].annotation is int
+    return gr.Number(value=getattr(settings, name), precision=0 if whole else None, **common)
+
+
+def engine_levers_form(settings: StudioSettings) -> dict[str, gr.Component]:
+    """The embedded engine's levers (ENGINE_LEVER_COLUMNS), keyed by StudioSettings' field names."""
+    form: dict[str, gr.Component] = {}
+    with gr.Row():
+        for column in ENGINE_LEVER_COLUMNS:
+            with gr.Column(min_width=ENGINE_LEVER_MIN_WIDTH):
+                for name in column:
+                    form[name] = _engine_lever(settings, name)
+    return form
+
 
 def levers_for_engine(settings: StudioSettings) -> tuple[dict[str, bool], str] | None:
     """Which lever controls show for an engine whose servers do not read vLLM-Omni's serve flags, and why: its
@@ -155,6 +206,21 @@ def levers_for_engine(settings: StudioSettings) -> tuple[dict[str, bool], str] |
     )
 
 
+async def lever_updates(settings: StudioSettings) -> AsyncIterator[list[Any]]:
+    """What the levers show for the settings' engine, as the outputs [levers note, embedded engine group, each
+    lever of LEVER_FLAGS]: the embedded engine's group only for it; of the server levers, those its servers read
+    (vLLM-Omni's: those its installed help lists, said to be under way first, since reading it is slow once)."""
+    engine_group = gr.update(visible=reads_engine_levers(settings))
+    for_engine = levers_for_engine(settings)
+    if for_engine is not None:  # not vLLM-Omni: its levers are the engine's own, and no server's help is read
+        shown, note = for_engine
+    else:
+        yield ["Checking which levers the installed vLLM-Omni has ...", engine_group, *[gr.skip()] * len(LEVER_FLAGS)]
+        flags, why = await asyncio.to_thread(read_lever_flags, settings)
+        shown, note = lever_visibility(flags, why)
+    yield [markdown_text(note), engine_group, *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
+
+
 def read_lever_flags(settings: StudioSettings) -> tuple[frozenset[str] | None, str]:
     """The flags of the vLLM-Omni the settings name (whatever engine runs now: the levers are its), or None and
     why they cannot be read. Slow the first time (the server's help imports its stack), cached after."""
@@ -164,9 +230,14 @@ def read_lever_flags(settings: StudioSettings) -> tuple[frozenset[str] | None, s
         return None, str(exc)
 
 
-def settings_form(settings: StudioSettings, levers_note: gr.Markdown | None = None) -> dict[str, gr.Component]:
+def settings_form(
+    settings: StudioSettings,
+    levers_note: gr.Markdown | None = None,
+    groups: dict[str, gr.Accordion] | None = None,
+) -> dict[str, gr.Component]:
     """The inputs of the settings a restart applies, laid out, keyed by StudioSettings' field names. `levers_note`
-    (built unrendered): where the levers group says which of them the installed vLLM-Omni has."""
+    (built unrendered): where the levers group says which of them the installed vLLM-Omni has. `groups`, where
+    given, receives the groups the tab shows or hides by engine, by name ("engine_levers")."""
     form: dict[str, gr.Component] = {}
     with gr.Row():
         form["engine"] = gr.Radio(
@@ -189,6 +260,14 @@ def settings_form(settings: StudioSettings, levers_note: gr.Markdown | None = No
         form["api_key"] = gr.Textbox(
             value="", type="password", label="API key (kept, never shown)", elem_id="server-key"
         )
+    # Shown for the embedded engine alone (lever_updates follows the engine picked); open, and above the server
+    # levers: these are the ones that change how it makes videos.
+    with gr.Accordion(
+        ENGINE_LEVERS_TITLE, open=True, visible=reads_engine_levers(settings), elem_id="server-engine-levers"
+    ) as engine_group:
+        form.update(engine_levers_form(settings))
+    if groups is not None:
+        groups["engine_levers"] = engine_group
     # Open where every lever applies (vLLM-Omni); folded where the engine reads only a few of them.
     with gr.Accordion("Server levers", open=engine_kind(settings).reads_serve_levers, elem_id="server-levers"):
         if levers_note is not None:
@@ -473,7 +552,8 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         restart = gr.Button("Restart (applies the settings below)", elem_id="server-restart")
     result = gr.Markdown("", elem_id="server-result")  # what the buttons above did
     levers_note = gr.Markdown("", elem_id="server-levers-note", render=False)
-    form = settings_form(settings, levers_note)
+    groups: dict[str, gr.Accordion] = {}
+    form = settings_form(settings, levers_note, groups)
     auto_restart = gr.Checkbox(
         value=settings.auto_restart,
         label="Auto-restart a crashed server (and resend what it had not started)",
@@ -512,22 +592,32 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         visitor = access.visitor(request, profile)
         return visitor is not None and visitor.operator
 
-    levers = [form[name] for name in LEVER_FLAGS]
+    lever_outputs = [levers_note, groups["engine_levers"], *(form[name] for name in LEVER_FLAGS)]
 
-    @gr.on(triggers=None, outputs=[levers_note, *levers], show_progress="hidden", api_visibility="private")
+    @gr.on(triggers=None, outputs=lever_outputs, show_progress="hidden", api_visibility="private")
     async def on_open_levers(request: gr.Request, profile: gr.OAuthProfile | None):
-        """On the page's load, an operator's levers group keeps only what the installed vLLM-Omni has."""
+        """On the page's load, an operator's levers keep only what the studio's engine reads (of vLLM-Omni's, what
+        the installed vLLM-Omni has)."""
         if not is_operator(request, profile):  # the tab is the operator's; a visitor's page is left as it is
-            yield [gr.skip()] * (1 + len(levers))
+            yield [gr.skip()] * len(lever_outputs)
             return
-        for_engine = levers_for_engine(controller.settings)
-        if for_engine is not None:  # not vLLM-Omni: its levers are the engine's own, and no server's help is read
-            shown, note = for_engine
-        else:
-            yield ["Checking which levers the installed vLLM-Omni has ...", *[gr.skip()] * len(levers)]
-            flags, why = await asyncio.to_thread(read_lever_flags, controller.settings)
-            shown, note = lever_visibility(flags, why)
-        yield [markdown_text(note), *[gr.update(visible=shown[name]) for name in LEVER_FLAGS]]
+        async for updates in lever_updates(controller.settings):
+            yield updates
+
+    @form["engine"].change(
+        inputs_kwargs={"engine": form["engine"]},
+        outputs=lever_outputs,
+        show_progress="hidden",
+        api_visibility="private",
+    )
+    async def on_engine_choice(request: gr.Request, profile: gr.OAuthProfile | None, engine: str):
+        """Another engine picked (applied at Restart): the levers follow it, so the form shows what that engine's
+        servers will read. Shows and hides only: the choice itself is applied by Restart, an operator's alone."""
+        if not is_operator(request, profile):
+            yield [gr.skip()] * len(lever_outputs)
+            return
+        async for updates in lever_updates(controller.settings.model_copy(update={"engine": engine})):
+            yield updates
 
     @timer.tick(inputs=replica, outputs=[state, scaling, log_tail], show_progress="hidden", api_visibility="private")
     def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:

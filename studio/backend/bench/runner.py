@@ -5,7 +5,9 @@ then its measured requests: closed loop (at most `concurrency` in flight) or ope
 `request_rate`). The cells run on the endpoints given (bench_pool: the page's servers, --url servers) or on
 each fleet (layout x variant, bench_fleets.py) in turn: start it, warm every replica, measure, stop it.
 Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a recommendation per
-tier (for fleets: the Pareto set and the fleet to run, pareto.py). The form is studio/backend/bench/config.py.
+tier (for fleets: the Pareto set and the fleet to run, pareto.py). Where fleets run several variants, each
+variant's videos are compared with the baseline's twins (`fidelity`, and a column per cell: variant_fidelity.py).
+The form is studio/backend/bench/config.py.
 Asked for it, the report of a fleet bench also carries a capacity plan from its cells (`plan`: plan.py), or a plan
 set beside the run that verified it (`verify`: plan.check_plan).
 """
@@ -43,6 +45,7 @@ from studio.backend.bench.pareto import Recommendation, cell_name, fronts, recom
 from studio.backend.bench.pareto_plot import pareto_figure
 from studio.backend.bench.plan import CapacityPlan, PlanError, check_plan, make_plan, write_plan
 from studio.backend.bench.plan_inputs import PlanInputs
+from studio.backend.bench.variant_fidelity import baseline_of, compare_variants
 from studio.backend.clients.router import EndpointPool
 from studio.backend.engine_kinds import engine_kind
 from studio.backend.runs.request_state import RequestState, RequestView
@@ -167,7 +170,8 @@ def cell_spec(
     config: BenchConfig, tier: str, guardrails: bool, settings: StudioSettings, prompts: list[str], concurrency: int
 ) -> RunSpec:
     """The run of a cell (or of its warm-up): what the form leaves empty takes the engine's defaults, as the page's
-    and `generate`'s runs do (RunSpec.resolved). Seeds count up from the config's, so that a bench is repeatable."""
+    and `generate`'s runs do (RunSpec.resolved). Seeds count up from the config's, so that a bench is repeatable and
+    every fleet of it gets the same requests: a variant's videos have twins in the baseline's to compare with."""
     spec = RunSpec(
         prompts=prompts,
         concurrency=concurrency,
@@ -531,7 +535,14 @@ async def bench_fleets(
         raise ServerStartError(
             "no fleet of the bench started: " + "; ".join(r["label"] + ": " + r["error"] for r in records)
         )
+    fidelity, baseline = None, baseline_of(fleets)
+    if baseline is not None:
+        on_stage(f"comparing each variant's videos with those of {baseline}")
+        fidelity = await asyncio.to_thread(compare_variants, fleets, cells)
     parts, chosen = compare_fleets(cells, config.slo_s)
+    if fidelity is not None:
+        for row, columns in zip(parts["cells"], fidelity.cell_columns, strict=True):
+            row.update(columns)
     report = {
         "config": {
             **config.model_dump(mode="json"),
@@ -545,6 +556,8 @@ async def bench_fleets(
         **parts,
         "requests": request_rows(cells),
     }
+    if fidelity is not None:  # what each variant does to the videos, beside what it does to the speed
+        report["fidelity"] = fidelity.as_dict()
     if plan_rate_per_min is not None:
         report["plan"] = _plan(report, config, plan_rate_per_min, out)
     if verify is not None:

@@ -106,6 +106,12 @@ def variants_of(given: Mapping[str, str]) -> list[Variant]:
     return [Variant(name, args) for name, args in given.items()] or [Variant(BASE, "")]
 
 
+def baseline_variant(variants: list[Variant]) -> Variant:
+    """The variant the others are compared with: the first that adds no serve args of its own (the settings as
+    they are), else the first given."""
+    return next((variant for variant in variants if not variant.args), variants[0])
+
+
 def serve_args(settings: StudioSettings, variant: Variant) -> str:
     """What the server of this variant gets as extra serve args: the settings' own, then the variant's."""
     return " ".join(part for part in (settings.extra_serve_args.strip(), variant.args) if part)

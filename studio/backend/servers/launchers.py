@@ -262,6 +262,8 @@ def embedded_launch(
             "--step-cache-interval",
             str(settings.engine_step_cache_interval),
         ]
+    if settings.engine_quantization != "none":
+        argv += ["--quantization", settings.engine_quantization]
     # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism). The
     # other vLLM-Omni levers (ring, cache, quantization, attention backend, eager, VAE tiling) have no engine flag.
     if settings.cfg_parallel_size > 1:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from studio.engine.gpu import kernels
+from studio.engine.gpu import fp8, kernels
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
 from studio.engine.gpu.compile_fixes import keep_cached_kernel_tuning
 from studio.engine.gpu.graphs import Forward, GraphedForward
@@ -31,6 +31,7 @@ class GpuSetup:
         cuda_graphs: bool = True,
         fused_kernels: bool = True,
         tune_kernels: bool = True,
+        quantization: str = "none",
     ):
         if compile == "auto":
             compile = "blocks" if device == "cuda" else "off"
@@ -47,6 +48,10 @@ class GpuSetup:
         self.kernels: dict[str, int] = {}  # the engine's kernels put into the transformer, by kind
         self.installed_kernels: kernels.Installed | None = None
         self.tune_kernels = tune_kernels and device == "cuda"
+        self.quantization = fp8.parse_quantization(quantization)  # asked for; `fp8` holds what was applied
+        self.fp8_layers: tuple[str, ...] = fp8.LAYER_KINDS  # which block layers fp8 takes (benchmarks compare)
+        self.fp8: fp8.Fp8Installed | None = None
+        self.fp8_difference: float | None = None  # a small forward's relative RMS difference from bf16
         self.fused_qkv = False
         self.static_shapes = False  # batches are padded to a few sizes (set when the transformer is compiled)
         self._eager_transformer: Any = None  # the transformer before torch.compile wrapped it whole
@@ -75,6 +80,10 @@ class GpuSetup:
             self.attention_backend = backend
         if self.fused_kernels:
             self.install_kernels(pipe)
+        if self.quantization == "fp8":
+            # After the engine's kernels (fp8 takes over the feed-forward's GELU projection they put in) and before
+            # the compile, so that each activation's scaling fuses into the kernel that makes it.
+            self.fp8, self.fp8_difference = fp8.install_checked(transformer, self.device, self.fp8_layers)
         if self.cuda_graphs:
             self.graphs = GraphedForward(forward)
         if self.compile == "off":
@@ -121,6 +130,11 @@ class GpuSetup:
         if installed is not None:
             self.kernels, self.installed_kernels = installed.counts, installed
 
+    @property
+    def levers(self) -> dict[str, str]:
+        """The levers in force that change a video's arithmetic, as a job's record names them."""
+        return {"quantization": "fp8"} if self.fp8 is not None else {}
+
     def remove_kernels(self) -> None:
         if self.installed_kernels is not None:
             self.installed_kernels.undo()
@@ -128,7 +142,8 @@ class GpuSetup:
 
     def fall_back_to_eager(self, pipe: Any) -> None:
         """The transformer as diffusers wrote it: no compile, no kernels of the engine's, default attention,
-        no CUDA graphs."""
+        no CUDA graphs. fp8 products stay where they were in force: they are what the server was started for, and
+        they run eagerly too (slower: each activation's cast is then a pass of its own)."""
         if self._eager_transformer is not None:
             pipe.transformer, self._eager_transformer = self._eager_transformer, None
         transformer = pipe.transformer
@@ -138,7 +153,12 @@ class GpuSetup:
             if getattr(module, "_compiled_call_impl", None) is not None:
                 module._compiled_call_impl = None
         if self.installed_kernels is not None:
+            # fp8 sits on top of the engine's GELU projection: out first, back in on the plain layers after.
+            if self.fp8 is not None:
+                self.fp8.undo()
             self.remove_kernels()
+            if self.fp8 is not None:
+                self.fp8 = fp8.install(transformer, self.fp8_layers)
         if self.attention_backend is not None and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend("native")
         self.compile, self.attention_backend = "off", None

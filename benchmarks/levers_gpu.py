@@ -1,0 +1,299 @@
+"""The engine's speed levers (fp8 matmuls, the step cache, both) against the plain diffusers call and the exact
+engine, in one run, with fidelity.
+
+Model: benchmarks/engine_gpu.py's Wan2.1-T2V-1.3B with random weights (its builder). One process: the plain call
+(eager bf16, one request at a time) first; then, for each quantization, one VideoGenerator (compiled blocks, CUDA
+graphs, the engine's kernels) on a transformer loaded with the same weights (the text encoder and the VAE are
+shared), warmed at batch 1 for the latency tiers and up to the concurrency for the throughput tier; each
+step-cache policy per request on it (a policy is part of a request's parameters, so one compile serves them all).
+
+- Latency: one request at a time at each of --tiers, as a share of the plain call's median.
+- Throughput: --concurrency clients in a closed loop at --throughput-tier through the engine's JobManager (its
+  batching scheduler and mp4 encoding), against the plain call one request after another.
+- Fidelity: every video against the exact bf16 engine's of the same seed and prompt, frame by frame: mean and
+  largest difference in uint8 levels, and PSNR. The weights are random, so this is a proxy for a trained model.
+
+    python benchmarks/levers_gpu.py --out DIR                               # 480p and 720p latency
+    python benchmarks/levers_gpu.py --out DIR --tiers '' --throughput-tier 256p
+    python benchmarks/levers_gpu.py --out DIR --device cpu --smoke --quantizations bf16   # checks the script
+
+Writes DIR/levers_gpu.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.engine_gpu import TIERS, TINY_TRANSFORMER, WAN_1_3B, build_pipeline  # noqa: E402
+from benchmarks.step_cache_gpu import POLICIES, engine_call, fidelity, plain_call  # noqa: E402
+from studio.engine.generation_types import GenerationParams, ModelLoadError  # noqa: E402
+from studio.engine.generator import VideoGenerator  # noqa: E402
+from studio.engine.jobs import JobManager  # noqa: E402
+from studio.engine.metrics import EngineMetrics  # noqa: E402
+
+# name: (quantization, the block layers fp8 takes)
+QUANTIZATIONS = {
+    "bf16": ("none", ()),
+    "fp8": ("fp8", ("attention", "ffn")),
+    "fp8-ffn": ("fp8", ("ffn",)),
+}
+
+
+def fresh_pipeline(pipe: Any, weights: dict[str, torch.Tensor], smoke: bool, device: str) -> Any:
+    """A pipeline sharing `pipe`'s text encoder, VAE, tokenizer and scheduler, with a transformer of its own loaded
+    with `weights` (the plain transformer's, as built)."""
+    from diffusers import WanPipeline, WanTransformer3DModel
+
+    with torch.device(device):
+        transformer = WanTransformer3DModel(**(TINY_TRANSFORMER if smoke else WAN_1_3B)).to(pipe.transformer.dtype)
+    transformer.load_state_dict(weights)
+    fresh = WanPipeline(
+        tokenizer=pipe.tokenizer,
+        text_encoder=pipe.text_encoder,
+        transformer=transformer,
+        vae=pipe.vae,
+        scheduler=pipe.scheduler,
+    )
+    fresh.set_progress_bar_config(disable=True)
+    return fresh
+
+
+def closed_loop(manager: JobManager, args: argparse.Namespace, tier: str, policy_name: str) -> dict[str, Any]:
+    """`args.concurrency` clients, each sending `args.per_client` requests one after another."""
+    width, height = TIERS[tier]
+    latencies: list[float] = []
+    failures: list[Any] = []
+    batch_sizes: list[int] = []
+    levers: list[Any] = []  # what each job's record (and so its sidecar) says it was made with
+    lock = threading.Lock()
+
+    def client(c: int) -> None:
+        for r in range(args.per_client):
+            params = GenerationParams(
+                prompt=f"a red circle moving left, request {3000 + c * 100 + r}",
+                width=width,
+                height=height,
+                num_frames=args.frames,
+                num_inference_steps=args.steps,
+                guidance_scale=args.guidance,
+                seed=3000 + c * 100 + r,
+                step_cache=POLICIES[policy_name],
+            )
+            job = manager.new_job(params, fps=16)
+            started = time.perf_counter()
+            manager.submit(job)
+            job.done.wait()
+            with lock:
+                latencies.append(time.perf_counter() - started)
+                batch_sizes.append(job.batch_size or 0)
+                levers.append(job.record().levers)
+                if job.status != "completed":
+                    failures.append(job.error)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    done = len(latencies) - len(failures)
+    return {
+        "requests": len(latencies),
+        "failed": len(failures),
+        "failures": failures[:3],
+        "wall_s": round(wall, 3),
+        "throughput_videos_per_s": round(done / wall, 4),
+        "latency_p50_s": round(statistics.median(latencies), 3),
+        "batch_sizes": sorted(batch_sizes),
+        "record_levers": levers[-1] if levers else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--smoke", action="store_true", help="the tiny model, 4 steps: checks the script only")
+    parser.add_argument("--tiers", default="480p,720p", help="latency tiers ('' for none)")
+    parser.add_argument("--throughput-tier", default="", help="the closed-loop tier ('' for none), e.g. 256p")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--per-client", type=int, default=3)
+    parser.add_argument("--serial-repeats", type=int, default=5, help="plain calls one after another (throughput)")
+    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--guidance", type=float, default=5.0)
+    parser.add_argument("--repeats", default="480p=2,720p=1", help="timed requests per tier and variant")
+    parser.add_argument("--quantizations", default="bf16,fp8")
+    parser.add_argument("--policies", default="exact,taylor/3")
+    args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.frames = 4, 5
+    tiers = [tier for tier in args.tiers.split(",") if tier]
+    repeats = {tier: 1 for tier in tiers} | {
+        part.split("=")[0]: int(part.split("=")[1]) for part in args.repeats.split(",") if "=" in part
+    }
+    quantizations = args.quantizations.split(",")
+    policies = args.policies.split(",")
+    if quantizations[0] != "bf16" or policies[0] != "exact":
+        parser.error("the first quantization must be bf16 and the first policy exact: they are the reference")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "latency": {}, "throughput": {}}
+
+    def save() -> None:
+        (args.out / "levers_gpu.json").write_text(json.dumps(report, indent=2))
+
+    pipe, _ = build_pipeline(args.device, args.smoke)
+    weights = {name: value.detach().clone().cpu() for name, value in pipe.transformer.state_dict().items()}
+    report["env"] = {
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+    }
+    # The plain call first: the engine's set-up changes the modules it is given.
+    first_tier = (tiers or [args.throughput_tier])[0]
+    plain_call(pipe, args, first_tier, 0)  # warm-up
+    for tier in tiers:
+        times = [plain_call(pipe, args, tier, 1000 + i)[0] for i in range(repeats[tier])]
+        report["latency"][tier] = {"plain_s": [round(t, 3) for t in times], "plain_median_s": statistics.median(times)}
+        print(f"plain {tier}: {times}", flush=True)
+        save()
+    if args.throughput_tier:
+        tier = args.throughput_tier
+        plain_call(pipe, args, tier, 0)
+        started = time.perf_counter()
+        for i in range(args.serial_repeats):
+            plain_call(pipe, args, tier, 1000 + i)
+        serial = (time.perf_counter() - started) / args.serial_repeats
+        report["throughput"] = {"tier": tier, "plain_serial_s_per_video": round(serial, 4)}
+        print(f"plain {tier} serial: {serial:.3f} s a video", flush=True)
+        save()
+
+    references: dict[tuple[str, int], np.ndarray] = {}  # (tier, seed) -> the exact bf16 engine's frames
+    for quantization in quantizations:
+        mode, layers = QUANTIZATIONS[quantization]
+        target = pipe if quantization == "bf16" else fresh_pipeline(pipe, weights, args.smoke, args.device)
+        generator = VideoGenerator("wan2.1-t2v-1.3b-random", device=args.device, quantization=mode)
+        if layers:
+            generator.gpu.fp8_layers = layers
+        try:
+            generator.load(pipeline=target)
+        except ModelLoadError as exc:  # the others still run: the report says why this one did not
+            report.setdefault("refused", {})[quantization] = str(exc)
+            print(f"{quantization}: refused: {exc}", flush=True)
+            save()
+            continue
+        started = time.perf_counter()
+        if tiers:
+            generator.warmup([(*TIERS[tier], args.frames) for tier in tiers], max_batch=1)
+        if args.throughput_tier:
+            generator.warmup([(*TIERS[args.throughput_tier], args.frames)], max_batch=args.concurrency)
+        warmup_s = round(time.perf_counter() - started, 1)
+        report.setdefault("warmup_s", {})[quantization] = warmup_s
+        report.setdefault("fp8_forward_difference", {})[quantization] = generator.gpu.fp8_difference
+        print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
+        for tier in tiers:
+            row = report["latency"][tier]
+            for policy_name in policies:
+                name = f"{quantization} {policy_name}"
+                times, quality = [], []
+                for i in range(repeats[tier]):
+                    seconds, frames = engine_call(generator, args, tier, 1000 + i, POLICIES[policy_name])
+                    times.append(seconds)
+                    if name == "bf16 exact":
+                        references[(tier, i)] = frames
+                    else:
+                        quality.append(fidelity(frames, references[(tier, i)]))
+                median = statistics.median(times)
+                row[name] = {
+                    "latency_s": [round(t, 3) for t in times],
+                    "median_s": round(median, 3),
+                    "of_plain": round(median / row["plain_median_s"], 3),
+                    "transformer_steps": POLICIES[policy_name].computed_count(args.steps),
+                    "fidelity_vs_exact": quality,
+                }
+                print(f"{tier} {name}: {row[name]}", flush=True)
+                save()
+        if args.throughput_tier:
+            manager = JobManager(
+                generator,
+                Path(tempfile.mkdtemp(prefix="levers-")),
+                "wan2.1-t2v-1.3b-random",
+                EngineMetrics("wan2.1-t2v-1.3b-random"),
+                max_batch=args.concurrency,
+                batch_wait_ms=200.0,
+                encode_workers=8 if args.device == "cuda" else 0,
+            )
+            manager.start()
+            for policy_name in policies:
+                name = f"{quantization} {policy_name}"
+                figures = closed_loop(manager, args, args.throughput_tier, policy_name)
+                serial = report["throughput"]["plain_serial_s_per_video"]
+                figures["times_plain_serial"] = round(figures["throughput_videos_per_s"] * serial, 3)
+                seconds, frames = engine_call(generator, args, args.throughput_tier, 1000, POLICIES[policy_name])
+                if name == "bf16 exact":
+                    references[(args.throughput_tier, -1)] = frames
+                else:
+                    figures["fidelity_vs_exact"] = [fidelity(frames, references[(args.throughput_tier, -1)])]
+                report["throughput"][name] = figures
+                print(f"{args.throughput_tier} c{args.concurrency} {name}: {figures}", flush=True)
+                save()
+            manager.shutdown()
+        generator.close()
+        del generator, target
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    print_table(report, args)
+    return 0
+
+
+def _shown(quality: list[dict[str, float]]) -> str:
+    return "; ".join(f"{q['mean_levels']:.2f} / {q['max_levels']}, {q['psnr_db']:.1f} dB" for q in quality)
+
+
+def print_table(report: dict[str, Any], args: argparse.Namespace) -> None:
+    if report["latency"]:
+        print(
+            "\n| tier | what | latency (s) | of the plain call | transformer steps | vs exact: mean / max levels, PSNR |"
+        )
+        print("|---|---|---|---|---|---|")
+    for tier, row in report["latency"].items():
+        print(f"| {tier} | plain call | {row['plain_median_s']:.2f} | 1.00 | {args.steps} | |")
+        for name, figures in row.items():
+            if isinstance(figures, dict):
+                print(
+                    f"| {tier} | engine, {name} | {figures['median_s']:.2f} | {figures['of_plain']:.3f} | "
+                    f"{figures['transformer_steps']} | {_shown(figures['fidelity_vs_exact'])} |"
+                )
+    throughput = report["throughput"]
+    if throughput:
+        print(
+            f"\n| {throughput['tier']}, c{args.concurrency} | videos/s | × the plain serial call | p50 (s) | batches | vs exact |"
+        )
+        print("|---|---|---|---|---|---|")
+        print(f"| plain call, serial | {1 / throughput['plain_serial_s_per_video']:.3f} | 1.00 | | | |")
+        for name, figures in throughput.items():
+            if isinstance(figures, dict):
+                print(
+                    f"| engine, {name} | {figures['throughput_videos_per_s']:.3f} | {figures['times_plain_serial']:.2f} | "
+                    f"{figures['latency_p50_s']:.2f} | {statistics.median(figures['batch_sizes'] or [0])} | "
+                    f"{_shown(figures.get('fidelity_vs_exact', []))} |"
+                )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

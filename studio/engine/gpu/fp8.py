@@ -1,0 +1,280 @@
+"""fp8 matmuls for a Wan transformer's blocks: e4m3 weights with a scale per output channel, activations scaled per
+token (row) as they enter each product.
+
+Each linear layer of the repeated blocks (self-attention's fused q/k/v and output projections, cross-attention's q,
+k/v and output projections, the feed-forward's two projections) becomes an `Fp8Linear`: its weight is quantized
+once, at install, to float8_e4m3fn rows with one float32 scale each; at each call the activation's rows are scaled
+to e4m3's range and cast, and one `torch._scaled_mm` takes both with their scales and the bias, and writes bf16.
+
+The scaling and the cast are plain torch ops inside the compiled blocks: inductor fuses them into the kernel that
+makes the activation (the norm and modulation before q/k/v, the GELU before the second projection), so the
+activation reaches memory once, in fp8, and no pass of its own is paid for it (measured: a separate cast costs more
+than the fp8 product saves). The embedding layers and the output projection stay in bf16, as do norms, attention
+and the modulation: only the products change.
+
+`install` quantizes a transformer and returns a handle that puts the bf16 layers back; `install_checked` keeps it
+only where a forward with it stays close to the bf16 one. The bf16 weights are moved to the host while fp8 is in
+force, so the device holds the fp8 copy alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
+# Where the scaled product needs fp8 hardware: Ada (8.9) and Hopper (9.0) and later.
+MIN_CAPABILITY = (8, 9)
+# A forward with fp8 products must stay within this relative RMS difference of the bf16 forward on a small input
+# (e4m3 keeps 3 mantissa bits: one product's relative error is about 2-3%, and 30 blocks average much of it out).
+MAX_RELATIVE_RMS = 0.15
+QUANTIZATION_CHOICES = ("none", "fp8")
+# The kinds of block layers fp8 can take: the attentions' projections, the feed-forward's two.
+LAYER_KINDS = ("attention", "ffn")
+
+
+class Fp8Unavailable(RuntimeError):
+    """fp8 was asked for where it cannot run (no CUDA, an older GPU, a pipeline without Wan blocks)."""
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x` (rows, K) as e4m3 rows and their float32 scales (rows, 1): x ~= q * scale, each row's largest magnitude
+    at e4m3's largest value."""
+    amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12)
+    scale = amax / FP8_MAX
+    quantized = (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return quantized, scale
+
+
+def fp8_available(device: str) -> str | None:
+    """None where fp8 products run on `device`; else why not, in a user's words."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return f"fp8 matmuls need a CUDA GPU of compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer (this engine runs on {device})"
+    capability = torch.cuda.get_device_capability()
+    if capability < MIN_CAPABILITY:
+        name = torch.cuda.get_device_name()
+        return (
+            f"fp8 matmuls need a CUDA GPU of compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer "
+            f"({name} is {capability[0]}.{capability[1]})"
+        )
+    return None
+
+
+class Fp8Linear(torch.nn.Module):
+    """A linear layer whose product runs in fp8 (see the module's docstring); `activation` "gelu_tanh" applies
+    the tanh GELU to the product (the feed-forward's first projection), "" none."""
+
+    def __init__(self, linear: torch.nn.Linear, activation: str = "", bias_inside: bool = True):
+        super().__init__()
+        weight = linear.weight.detach()
+        if weight.shape[1] % 16 or weight.shape[0] % 16:
+            raise ValueError(f"fp8 products need both sides of the weight divisible by 16, got {tuple(weight.shape)}")
+        quantized, scale = quantize_rows(weight)
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.out_dtype = weight.dtype if weight.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+        self.activation = activation
+        self.bias_inside = bias_inside  # the bias in the product's epilogue (bias_in_product), else added after
+        # (N, K) row-major: its transpose is the column-major (K, N) the scaled product takes.
+        self.register_buffer("weight_fp8", quantized.contiguous())
+        self.register_buffer("weight_scale", scale.reshape(1, -1).contiguous())  # (1, N)
+        bias = linear.bias.detach().to(self.out_dtype) if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        quantized, scale = quantize_rows(rows)
+        bias_inside = self.bias is not None and self.bias_inside
+        out = torch._scaled_mm(
+            quantized,
+            self.weight_fp8.t(),
+            scale_a=scale,
+            scale_b=self.weight_scale,
+            bias=self.bias if bias_inside else None,
+            out_dtype=self.out_dtype,
+        )
+        if self.bias is not None and not bias_inside:  # added in the next fused kernel instead
+            out = out + self.bias
+        if self.activation == "gelu_tanh":
+            out = torch.nn.functional.gelu(out, approximate="tanh")
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation!r}"
+
+
+def reference_fp8_linear(layer: Fp8Linear, x: torch.Tensor) -> torch.Tensor:
+    """What `Fp8Linear` computes, in float32 from the dequantized operands (for checking the scaled product)."""
+    rows = x.reshape(-1, layer.in_features)
+    quantized, scale = quantize_rows(rows)
+    weight = layer.weight_fp8.float() * layer.weight_scale.reshape(-1, 1)
+    out = (quantized.float() * scale) @ weight.t()
+    if layer.bias is not None:
+        out = out + layer.bias.float()
+    if layer.activation == "gelu_tanh":
+        out = torch.nn.functional.gelu(out, approximate="tanh")
+    return out.to(layer.out_dtype).view(*x.shape[:-1], layer.out_features)
+
+
+@functools.cache
+def bias_in_product(device_type: str) -> bool:
+    """Whether this torch's scaled product on `device_type` takes a bias with row-wise scales (then the bias is
+    added in the product's epilogue); asked once, with a tiny product."""
+    try:
+        a = torch.zeros(16, 16, device=device_type).to(FP8_DTYPE)
+        b = torch.zeros(16, 16, device=device_type).to(FP8_DTYPE)
+        ones_a = torch.ones(16, 1, device=device_type)
+        ones_b = torch.ones(1, 16, device=device_type)
+        bias = torch.zeros(16, device=device_type, dtype=torch.bfloat16)
+        torch._scaled_mm(a, b.t(), scale_a=ones_a, scale_b=ones_b, bias=bias, out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError) as exc:
+        log.info("fp8: the scaled product takes no bias here (%s); it is added after", exc)
+        return False
+    return True
+
+
+# --- which layers ------------------------------------------------------------------------------------------
+
+
+def _block_linears(
+    block: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS
+) -> list[tuple[torch.nn.Module, str, torch.nn.Module, str]]:
+    """The layers of one Wan block that become fp8, of `kinds`: (parent, attribute, layer, activation). The
+    attribute is a name, or an index into a ModuleList."""
+    found: list[tuple[torch.nn.Module, str, torch.nn.Module, str]] = []
+    for attention_name in ("attn1", "attn2") if "attention" in kinds else ():
+        attention = getattr(block, attention_name, None)
+        if attention is None:
+            continue
+        for name in _projections_in_use(attention):
+            layer = getattr(attention, name, None)
+            if isinstance(layer, torch.nn.Linear):
+                found.append((attention, name, layer, ""))
+        out = getattr(attention, "to_out", None)
+        if isinstance(out, torch.nn.ModuleList) and isinstance(out[0], torch.nn.Linear):
+            found.append((out, "0", out[0], ""))
+    net = getattr(getattr(block, "ffn", None), "net", None)
+    if "ffn" in kinds and isinstance(net, torch.nn.ModuleList) and len(net) >= 3:
+        first = net[0]
+        proj = getattr(first, "proj", None)
+        # diffusers' tanh GELU projection, or the engine's EpilogueGELU that stands in for it (studio.engine.gpu.kernels)
+        if isinstance(proj, torch.nn.Linear) and getattr(first, "approximate", "tanh") == "tanh":
+            found.append((net, "0", first, "gelu_tanh"))
+        if isinstance(net[2], torch.nn.Linear):
+            found.append((net, "2", net[2], ""))
+    return found
+
+
+def _projections_in_use(attention: torch.nn.Module) -> tuple[str, ...]:
+    """The input projections a Wan attention's forward calls: once fused, diffusers keeps the separate ones too,
+    unused (they stay bf16)."""
+    if not getattr(attention, "fused_projections", False):
+        return ("to_q", "to_k", "to_v")
+    return ("to_qkv",) if isinstance(getattr(attention, "to_qkv", None), torch.nn.Linear) else ("to_q", "to_kv")
+
+
+def _linear_of(layer: torch.nn.Module) -> torch.nn.Linear:
+    return layer if isinstance(layer, torch.nn.Linear) else layer.proj
+
+
+def _set(parent: torch.nn.Module, attribute: str, module: torch.nn.Module) -> None:
+    if isinstance(parent, torch.nn.ModuleList):
+        parent[int(attribute)] = module
+    else:
+        setattr(parent, attribute, module)
+
+
+@dataclass
+class Fp8Installed:
+    """What `install` changed, to undo it: each replaced layer with its parent and where it sat."""
+
+    replaced: list[tuple[torch.nn.Module, str, torch.nn.Module, torch.device]] = field(default_factory=list)
+
+    @property
+    def layers(self) -> int:
+        return len(self.replaced)
+
+    def undo(self) -> None:
+        for parent, attribute, layer, device in reversed(self.replaced):
+            _set(parent, attribute, layer.to(device))
+        self.replaced = []
+
+
+def install(transformer: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS) -> Fp8Installed:
+    """Make the linear layers of `kinds` in a Wan transformer's repeated blocks fp8 (`Fp8Linear`); the bf16 layers
+    go to the host until `undo`. Raises Fp8Unavailable for a transformer without Wan blocks."""
+    if not kinds or set(kinds) - set(LAYER_KINDS):
+        raise ValueError(f"fp8 layer kinds must be some of {', '.join(LAYER_KINDS)}, got {kinds!r}")
+    blocks = getattr(transformer, "blocks", None)
+    if type(transformer).__name__ != "WanTransformer3DModel" or not isinstance(blocks, torch.nn.ModuleList):
+        raise Fp8Unavailable(f"fp8 matmuls run Wan transformers' blocks, not {type(transformer).__name__}")
+    installed = Fp8Installed()
+    bias_inside = bias_in_product(next(transformer.parameters()).device.type)
+    try:
+        for block in blocks:
+            for parent, attribute, layer, activation in _block_linears(block, kinds):
+                fp8 = Fp8Linear(_linear_of(layer), activation, bias_inside)
+                device = _linear_of(layer).weight.device
+                _set(parent, attribute, fp8)
+                installed.replaced.append((parent, attribute, layer.to("cpu"), device))
+    except BaseException:
+        installed.undo()
+        raise
+    if not installed.layers:
+        raise Fp8Unavailable("the transformer's blocks have no linear layers fp8 can take")
+    return installed
+
+
+def install_checked(
+    transformer: torch.nn.Module, device: str, kinds: tuple[str, ...] = LAYER_KINDS
+) -> tuple[Fp8Installed, float]:
+    """`install`, kept only where one forward on a small input with fp8 products stays within MAX_RELATIVE_RMS of
+    the bf16 forward; returns the handle and that difference. Raises Fp8Unavailable (the transformer left as it
+    was) where it cannot run or does not match."""
+    from studio.engine.gpu.kernels import _small_transformer_inputs
+
+    problem = fp8_available(device)
+    if problem is not None:
+        raise Fp8Unavailable(problem)
+    inputs = _small_transformer_inputs(transformer, device)
+    installed: Fp8Installed | None = None
+    try:
+        with torch.inference_mode():
+            expected = transformer(**inputs, return_dict=False)[0].float()
+            installed = install(transformer, kinds)
+            actual = transformer(**inputs, return_dict=False)[0].float()
+    except Fp8Unavailable:
+        raise
+    except Exception as exc:  # a scaled product this torch or GPU refuses
+        if installed is not None:
+            installed.undo()
+        raise Fp8Unavailable(f"fp8 matmuls failed on this GPU ({type(exc).__name__}: {exc})") from exc
+    difference = relative_rms(actual, expected)
+    if not difference <= MAX_RELATIVE_RMS:
+        installed.undo()
+        raise Fp8Unavailable(
+            f"a forward with fp8 matmuls differs from the bf16 one by {difference:.1%} (RMS), more than "
+            f"{MAX_RELATIVE_RMS:.0%}"
+        )
+    log.info(
+        "fp8 matmuls in %d layers (a forward within %.2f%% RMS of the bf16 one)", installed.layers, 100 * difference
+    )
+    return installed, difference
+
+
+def relative_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """RMS of the difference over the RMS of `expected`."""
+    return float(((actual - expected).pow(2).mean().sqrt() / expected.pow(2).mean().sqrt().clamp_min(1e-12)).item())
+
+
+def parse_quantization(value: Any) -> str:
+    text = str(value or "none").strip().lower()
+    if text not in QUANTIZATION_CHOICES:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}, got {str(value)[:40]!r}")
+    return text
