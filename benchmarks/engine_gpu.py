@@ -58,6 +58,7 @@ from studio.engine.generation_types import GenerationParams  # noqa: E402
 from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
+from studio.engine.step_cache import StepCachePolicy  # noqa: E402
 
 TIERS = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}
 BARS = {
@@ -375,7 +376,9 @@ def submit_and_wait(manager: JobManager, params: GenerationParams) -> tuple[floa
     return time.perf_counter() - started, job
 
 
-def engine_params(args: argparse.Namespace, tier: str, index: int) -> GenerationParams:
+def engine_params(
+    args: argparse.Namespace, tier: str, index: int, step_cache: StepCachePolicy | None = None
+) -> GenerationParams:
     width, height = TIERS[tier]
     return GenerationParams(
         prompt=f"a red circle moving left, engine request {index}",
@@ -385,6 +388,7 @@ def engine_params(args: argparse.Namespace, tier: str, index: int) -> Generation
         num_inference_steps=args.steps,
         guidance_scale=args.guidance,
         seed=index,
+        step_cache=step_cache or StepCachePolicy(),
     )
 
 
@@ -427,7 +431,12 @@ def run_engine_c1(
 
 
 def run_engine_closed_loop(
-    manager: JobManager, args: argparse.Namespace, tier: str, concurrency: int, per_client: int
+    manager: JobManager,
+    args: argparse.Namespace,
+    tier: str,
+    concurrency: int,
+    per_client: int,
+    step_cache: StepCachePolicy | None = None,
 ) -> dict[str, Any]:
     """`concurrency` clients, each sending `per_client` requests one after another."""
     latencies: list[float] = []
@@ -437,7 +446,7 @@ def run_engine_closed_loop(
 
     def client(c: int) -> None:
         for r in range(per_client):
-            latency, job = submit_and_wait(manager, engine_params(args, tier, 2000 + c * 100 + r))
+            latency, job = submit_and_wait(manager, engine_params(args, tier, 2000 + c * 100 + r, step_cache))
             with lock:
                 latencies.append(latency)
                 batch_sizes.append(job.batch_size or 0)

@@ -28,7 +28,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,17 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.engine_gpu import TIERS, TINY_TRANSFORMER, WAN_1_3B, build_pipeline  # noqa: E402
+from benchmarks.engine_gpu import (  # noqa: E402
+    TIERS,
+    TINY_TRANSFORMER,
+    WAN_1_3B,
+    build_pipeline,
+    engine_params,
+    run_engine_closed_loop,
+    submit_and_wait,
+)
 from benchmarks.step_cache_gpu import POLICIES, engine_call, fidelity, plain_call  # noqa: E402
-from studio.engine.generation_types import GenerationParams, ModelLoadError  # noqa: E402
+from studio.engine.generation_types import ModelLoadError  # noqa: E402
 from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
@@ -71,58 +78,6 @@ def fresh_pipeline(pipe: Any, weights: dict[str, torch.Tensor], smoke: bool, dev
     )
     fresh.set_progress_bar_config(disable=True)
     return fresh
-
-
-def closed_loop(manager: JobManager, args: argparse.Namespace, tier: str, policy_name: str) -> dict[str, Any]:
-    """`args.concurrency` clients, each sending `args.per_client` requests one after another."""
-    width, height = TIERS[tier]
-    latencies: list[float] = []
-    failures: list[Any] = []
-    batch_sizes: list[int] = []
-    levers: list[Any] = []  # what each job's record (and so its sidecar) says it was made with
-    lock = threading.Lock()
-
-    def client(c: int) -> None:
-        for r in range(args.per_client):
-            params = GenerationParams(
-                prompt=f"a red circle moving left, request {3000 + c * 100 + r}",
-                width=width,
-                height=height,
-                num_frames=args.frames,
-                num_inference_steps=args.steps,
-                guidance_scale=args.guidance,
-                seed=3000 + c * 100 + r,
-                step_cache=POLICIES[policy_name],
-            )
-            job = manager.new_job(params, fps=16)
-            started = time.perf_counter()
-            manager.submit(job)
-            job.done.wait()
-            with lock:
-                latencies.append(time.perf_counter() - started)
-                batch_sizes.append(job.batch_size or 0)
-                levers.append(job.record().levers)
-                if job.status != "completed":
-                    failures.append(job.error)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(args.concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
-    done = len(latencies) - len(failures)
-    return {
-        "requests": len(latencies),
-        "failed": len(failures),
-        "failures": failures[:3],
-        "wall_s": round(wall, 3),
-        "throughput_videos_per_s": round(done / wall, 4),
-        "latency_p50_s": round(statistics.median(latencies), 3),
-        "batch_sizes": sorted(batch_sizes),
-        "record_levers": levers[-1] if levers else None,
-    }
 
 
 def main() -> int:
@@ -241,7 +196,12 @@ def main() -> int:
             manager.start()
             for policy_name in policies:
                 name = f"{quantization} {policy_name}"
-                figures = closed_loop(manager, args, args.throughput_tier, policy_name)
+                policy = POLICIES[policy_name]
+                figures = run_engine_closed_loop(
+                    manager, args, args.throughput_tier, args.concurrency, args.per_client, policy
+                )
+                _, job = submit_and_wait(manager, engine_params(args, args.throughput_tier, 1, policy))
+                figures["record_levers"] = job.record().levers  # what its sidecar says it was made with
                 serial = report["throughput"]["plain_serial_s_per_video"]
                 figures["times_plain_serial"] = round(figures["throughput_videos_per_s"] * serial, 3)
                 seconds, frames = engine_call(generator, args, args.throughput_tier, 1000, POLICIES[policy_name])

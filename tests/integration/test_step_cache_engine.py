@@ -101,36 +101,9 @@ def test_the_small_model_refuses_a_step_cache_per_request(engine) -> None:
     assert off.status_code == 200
 
 
-def test_the_small_model_refuses_a_step_cache_at_start(tmp_path) -> None:
-    started = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "studio.engine",
-            "--model",
-            str(DEFAULT_MODEL_DIR),
-            "--port",
-            str(free_port()),
-            "--step-cache",
-            "taylor",
-            "--threads",
-            "1",
-            "--output-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert started.returncode == 2
-    said = started.stdout + started.stderr  # the engine logs to its standard output
-    assert "which has no step cache" in said and "--step-cache off" in said
-
-
-@pytest.mark.parametrize("model", [TINY_WAN_DIR, DEFAULT_MODEL_DIR], ids=["tiny-wan", "small-model"])
-def test_fp8_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
-    """No CUDA GPU here: the engine must not start in bf16 when fp8 was asked for, whatever the pipeline."""
-    started = subprocess.run(
+def start_engine(tmp_path, model, *flags: str) -> subprocess.CompletedProcess:
+    """An engine process started on the CPU with `flags`, until it exits (a refusal at start ends it)."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -139,19 +112,29 @@ def test_fp8_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
             str(model),
             "--port",
             str(free_port()),
-            "--device",
-            "cpu",
-            "--quantization",
-            "fp8",
             "--threads",
             "1",
             "--output-dir",
             str(tmp_path),
+            *flags,
         ],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_the_small_model_refuses_a_step_cache_at_start(tmp_path) -> None:
+    started = start_engine(tmp_path, DEFAULT_MODEL_DIR, "--step-cache", "taylor")
+    assert started.returncode == 2
+    said = started.stdout + started.stderr  # the engine logs to its standard output
+    assert "which has no step cache" in said and "--step-cache off" in said
+
+
+@pytest.mark.parametrize("model", [TINY_WAN_DIR, DEFAULT_MODEL_DIR], ids=["tiny-wan", "small-model"])
+def test_fp8_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
+    """No CUDA GPU here: the engine must not start in bf16 when fp8 was asked for, whatever the pipeline."""
+    started = start_engine(tmp_path, model, "--device", "cpu", "--quantization", "fp8")
     assert started.returncode == 2
     said = started.stdout + started.stderr
     assert "--quantization fp8: fp8 matmuls need a CUDA GPU" in said and "--quantization none" in said
