@@ -74,12 +74,20 @@ def test_every_readme_command_line_parses(line):
     build_parser().parse_args(shlex.split(line)[1:])  # argparse exits on a flag it does not know
 
 
+FLAG = r"(?<![\w-])--[a-z][a-z-]*"
+# A variants file's line in a row (`name = "serve args"`) names the flags of the server the bench starts, not the command's.
+QUOTED_SERVE_ARGS = r'`\w+ = "([^"`]*--[^"`]*)"`'
+
+
 def test_every_flag_of_the_command_table_exists():
     rows = readme_table_rows()
     assert set(rows) == {"ui", "generate", "bench", "plan", "engine", "doctor"}
     for name, row in rows.items():
-        named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", row))
+        serve_args = set(re.findall(FLAG, " ".join(re.findall(QUOTED_SERVE_ARGS, row))))
+        named = set(re.findall(FLAG, re.sub(QUOTED_SERVE_ARGS, "", row)))
         assert named <= _flags_of(name), f"{name}: {sorted(named - _flags_of(name))}"
+        assert serve_args <= _flags_of("engine"), f"{name}'s serve args: {sorted(serve_args - _flags_of('engine'))}"
+    assert re.findall(QUOTED_SERVE_ARGS, rows["bench"]), "the bench row shows a variants example"
 
 
 @pytest.fixture
