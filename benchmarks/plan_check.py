@@ -10,6 +10,11 @@ Usage (this machine's CPU, the default model):
     python benchmarks/plan_check.py --tier 256p --frames 9 --steps 4 --engine-threads 1
 On a GPU node (the embedded engine on CUDA; anything after -- goes to every omni-studio command that starts servers):
     python benchmarks/plan_check.py --engine embedded --device cuda --tier 256p --layouts 1x1,2x1 -- --gpus 0,1
+With a model whose request is GPU work, Wan2.1-T2V-1.3B's shape with random weights (`engine_gpu.py`'s, saved first):
+    python benchmarks/plan_check.py --device cuda --wan-model --tier 256p --layouts 1x1 --frames 33 --steps 20 \
+        -- --serve-args "--warmup 320x192x33 --no-warmup-in-background"
+Split over two runs (each server start warms the engine again): the first with --rates light, the second with
+--rates heavy --bench-report FIRST_OUT/bench/report.json.
 """
 
 from __future__ import annotations
@@ -53,11 +58,18 @@ def rates_and_slo(report: dict, args: argparse.Namespace) -> tuple[float, float,
     return round(args.light * most, 1), round(args.heavy * most, 1), slo
 
 
-def main(args: argparse.Namespace) -> None:
-    out = Path(args.out)
-    started = time.time()
-    bench = out / "bench"
-    shape = ["--tier", args.tier, "--frames", str(args.frames), "--steps", str(args.steps)]
+def wan_model(device: str) -> str:
+    """Wan2.1-T2V-1.3B's shape with random weights, saved to a folder (engine_gpu.py's pipeline); its path."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from engine_gpu import saved_model
+
+    model_dir, seconds = saved_model(argparse.Namespace(device=device, smoke=False))
+    print(f"saved the Wan-shaped model to {model_dir} in {seconds} s", flush=True)
+    return str(model_dir)
+
+
+def run_bench(args: argparse.Namespace, bench: Path, shape: list[str]) -> None:
+    """The layouts' closed-loop cells, into bench/report.json."""
     omni(
         "bench",
         "--layouts",
@@ -73,10 +85,26 @@ def main(args: argparse.Namespace) -> None:
         str(bench),
         *engine_args(args),
     )
+
+
+def main(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    started = time.time()
+    if args.wan_model:
+        args.model = wan_model(args.device)
+    bench = out / "bench"
+    shape = ["--tier", args.tier, "--frames", str(args.frames), "--steps", str(args.steps)]
+    if args.bench_report:  # an earlier run's bench: its cells, plans and verify runs go on from there
+        bench.mkdir(parents=True, exist_ok=True)
+        (bench / "report.json").write_text(Path(args.bench_report).read_text())
+    else:
+        run_bench(args, bench, shape)
     report = json.loads((bench / "report.json").read_text())
     light, heavy, slo = rates_and_slo(report, args)
     rows = []
-    for name, rate in (("light", light), ("heavy", heavy)):
+    rates = {"light": light, "heavy": heavy}
+    for name in args.rates.split(","):
+        rate = rates[name]
         plan_dir = out / f"plan-{name}"
         omni(
             "plan",
@@ -144,6 +172,7 @@ if __name__ == "__main__":
     parser.add_argument("--engine", default="embedded")
     parser.add_argument("--device", default="auto", help="the embedded engine's device: auto, cpu or cuda")
     parser.add_argument("--model", default=None, help="default: the engine's (assets/omni-small-t2v)")
+    parser.add_argument("--wan-model", action="store_true", help="save and use Wan2.1-1.3B's shape, random weights")
     parser.add_argument("--engine-threads", type=int, default=None)
     parser.add_argument("--tier", default="256p")
     parser.add_argument("--frames", type=int, default=9)
@@ -154,6 +183,8 @@ if __name__ == "__main__":
     parser.add_argument("--verify-requests", type=int, default=None, help="default: the plan's")
     parser.add_argument("--light", type=float, default=0.3, help="the light rate, of the first layout's most")
     parser.add_argument("--heavy", type=float, default=0.75, help="the heavy rate, of the first layout's most")
+    parser.add_argument("--rates", default="light,heavy", help="which of the two rates to plan and run")
+    parser.add_argument("--bench-report", default=None, help="an earlier run's bench/report.json: no bench again")
     parser.add_argument("--slo-seconds", type=float, default=None)
     parser.add_argument("--slo-factor", type=float, default=2.5, help="SLO = this x the first layout's p90 alone")
     parser.add_argument("--attainment", type=float, default=0.95)

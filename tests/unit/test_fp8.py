@@ -171,3 +171,76 @@ def test_a_jobs_record_names_the_servers_fp8_beside_its_own_step_cache(tmp_path)
     }
     assert job(StepCachePolicy(), {"quantization": "fp8"}).record().levers == {"quantization": "fp8"}
     assert job(StepCachePolicy(), {}).record().levers is None
+
+
+def test_the_gelu_taken_with_the_second_projections_cast_is_the_gelu_after_the_first_product() -> None:
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(32, 64).to(torch.bfloat16), torch.nn.Linear(64, 48).to(torch.bfloat16)
+    x = torch.randn(3, 7, 32).to(torch.bfloat16)
+    after_the_product = fp8.Fp8Linear(second)(fp8.Fp8Linear(first, "gelu_tanh")(x))
+    on_the_input = fp8.Fp8Linear(first), fp8.Fp8Linear(second, input_activation="gelu_tanh")
+    out = on_the_input[1](on_the_input[0](x))
+    torch.testing.assert_close(out, after_the_product, rtol=0, atol=0)
+    hidden = on_the_input[0](x)
+    torch.testing.assert_close(out, fp8.reference_fp8_linear(on_the_input[1], hidden), atol=0.02, rtol=0.02)
+    with pytest.raises(ValueError, match="not both"):
+        fp8.Fp8Linear(second, "gelu_tanh", input_activation="gelu_tanh")
+
+
+def test_the_kernels_gelu_formula_is_torchs_tanh_gelu() -> None:
+    # The Triton kernel writes the tanh GELU as x * sigmoid(2u); the same constants through torch give torch's GELU.
+    x = torch.linspace(-12, 12, 4001, dtype=torch.float64)
+    inner = fp8.GELU_TANH_C * (x + fp8.GELU_TANH_CUBE * x**3)
+    torch.testing.assert_close(x * torch.sigmoid(2 * inner), torch.nn.functional.gelu(x, approximate="tanh"))
+
+
+def test_the_gelu_and_cast_op_is_registered_for_the_compiler_and_matches_its_reference() -> None:
+    x = (torch.randn(5, 96) * 3).to(torch.bfloat16)
+    quantized, scale = fp8.gelu_quantize_rows(x)
+    expected_q, expected_scale = fp8.gelu_quantize_reference(x)
+    assert quantized.dtype == torch.float8_e4m3fn and scale.shape == (5, 1)
+    torch.testing.assert_close(scale, expected_scale, rtol=0, atol=0)
+    assert torch.equal(quantized.view(torch.uint8), expected_q.view(torch.uint8))
+    torch.library.opcheck(fp8.gelu_quantize_rows, (x,), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_fused_gelu_install_moves_the_feed_forwards_gelu_and_undo_takes_it_back() -> None:
+    model = transformer()
+    plain = fp8.install(model)
+    expected = forward(model)
+    plain.undo()
+    installed = fp8.install(model, fuse_gelu=True)
+    assert installed.gelu_fused and installed.layers == LAYERS_PER_BLOCK * CONFIG["num_layers"]
+    for block in model.blocks:
+        first, second = block.ffn.net[0], block.ffn.net[2]
+        assert (first.activation, first.input_activation) == ("", "")
+        assert (second.activation, second.input_activation) == ("", "gelu_tanh")
+        assert block.attn1.to_qkv.input_activation == ""
+    torch.testing.assert_close(forward(model), expected, rtol=0, atol=0)  # the same arithmetic, in another place
+    installed.undo()
+    assert not installed.gelu_fused and type(model.blocks[0].ffn.net[0]).__name__ == "GELU"
+    # without the feed-forward, nothing moves
+    assert not fp8.install(transformer(), ("attention",), fuse_gelu=True).gelu_fused
+
+
+def test_off_a_gpu_the_gelu_kernel_is_not_used_and_the_width_is_the_feed_forwards() -> None:
+    assert "CUDA" in fp8.gelu_kernel_problem("cpu")
+    model = transformer()
+    assert fp8.ffn_width(model) == CONFIG["ffn_dim"]
+    fp8.install(model)
+    assert fp8.ffn_width(model) == CONFIG["ffn_dim"]
+    assert fp8.ffn_width(torch.nn.Linear(4, 4)) == 0
+
+
+def test_fused_gelu_takes_over_the_engines_gelu_projection_too() -> None:
+    model = transformer()
+    with_kernels = kernels.install(model, "default")
+    unfused = fp8.install(model)
+    expected = forward(model)
+    unfused.undo()
+    installed = fp8.install(model, fuse_gelu=True)
+    assert model.blocks[0].ffn.net[2].input_activation == "gelu_tanh"
+    torch.testing.assert_close(forward(model), expected, atol=0.02, rtol=0.02)
+    installed.undo()
+    assert isinstance(model.blocks[0].ffn.net[0], kernels.EpilogueGELU)
+    with_kernels.undo()

@@ -7,9 +7,15 @@ once, at install, to float8_e4m3fn rows with one float32 scale each; at each cal
 to e4m3's range and cast, and one `torch._scaled_mm` takes both with their scales and the bias, and writes bf16.
 
 The scaling and the cast are plain torch ops inside the compiled blocks: inductor fuses them into the kernel that
-makes the activation (the norm and modulation before q/k/v, the GELU before the second projection), so the
-activation reaches memory once, in fp8, and no pass of its own is paid for it (measured: a separate cast costs more
-than the fp8 product saves). The embedding layers and the output projection stay in bf16, as do norms, attention
+makes the activation (the norm and modulation before q/k/v), so the activation reaches memory once, in fp8, and no
+pass of its own is paid for it (measured: a separate cast costs more than the fp8 product saves). The feed-forward's
+GELU is the exception: its rows are 8,960 wide, and inductor's kernel for GELU, row maximum and cast reads each row
+twice and computes the GELU twice (0.85 ms a block at 480p, about three times what one pass costs). There one Triton
+kernel (`gelu_quantize_rows`) holds each row in registers: the first projection writes its bf16 product, the kernel
+reads it once and writes the GELU's e4m3 rows and their scales, and the second projection takes them. It is used
+only where asked for (`GpuSetup.fp8_gelu_kernel`, off until benchmarks/levers_gpu.py measures it faster end to end
+than inductor's kernel) and where a check on the GPU at install finds it equal to the torch version
+(`gelu_kernel_problem`). The embedding layers and the output projection stay in bf16, as do norms, attention
 and the modulation: only the products change.
 
 `install` quantizes a transformer and returns a handle that puts the bf16 layers back; `install_checked` keeps it
@@ -67,12 +73,123 @@ def fp8_available(device: str) -> str | None:
     return None
 
 
+# --- the feed-forward's GELU, row maximum and cast in one pass ---------------------------------------------
+
+# 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2 / pi) * (x + 0.044715 x^3): the tanh GELU.
+GELU_TANH_C = 0.7978845608028654
+GELU_TANH_CUBE = 0.044715
+
+
+@functools.cache
+def _gelu_quantize_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def omni_fp8_gelu_quantize_rows(x_ptr, q_ptr, scale_ptr, x_stride, width, fp8_max, BLOCK: tl.constexpr):
+        # One program per row: the row read once into registers, its GELU, its largest magnitude, and the e4m3
+        # row and its scale written once.
+        row = tl.program_id(0).to(tl.int64)
+        column = tl.arange(0, BLOCK)
+        mask = column < width
+        x = tl.load(x_ptr + row * x_stride + column, mask=mask, other=0.0).to(tl.float32)
+        inner = GELU_TANH_C * (x + GELU_TANH_CUBE * x * x * x)
+        gelu = x * tl.sigmoid(2.0 * inner)
+        scale = tl.maximum(tl.max(tl.abs(gelu), axis=0), 1e-12) / fp8_max
+        quantized = tl.clamp(gelu / scale, -fp8_max, fp8_max)
+        tl.store(q_ptr + row * width + column, quantized.to(q_ptr.dtype.element_ty), mask=mask)
+        tl.store(scale_ptr + row, scale)
+
+    return omni_fp8_gelu_quantize_rows
+
+
+def gelu_quantize_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tanh GELU of `x` (rows, K) in its own dtype, then `quantize_rows`: what the second projection of the
+    feed-forward takes when the GELU runs as torch ops."""
+    return quantize_rows(torch.nn.functional.gelu(x, approximate="tanh"))
+
+
+def _gelu_quantize_into(x: torch.Tensor, quantized: torch.Tensor, scale: torch.Tensor) -> None:
+    rows, width = x.shape
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    block = 1 << max(4, (width - 1).bit_length())
+    _gelu_quantize_kernel()[(rows,)](
+        x, quantized, scale, x.stride(0), width, FP8_MAX, BLOCK=block, num_warps=16 if block >= 8192 else 8
+    )
+
+
+@torch.library.custom_op("omni_engine::fp8_gelu_quantize_rows", mutates_args=())
+def gelu_quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gelu_quantize_reference`'s arithmetic, the GELU kept in float32 until the cast; on a GPU one Triton kernel
+    (see the module's docstring)."""
+    if not x.is_cuda:
+        return gelu_quantize_reference(x)
+    quantized = torch.empty(x.shape, dtype=FP8_DTYPE, device=x.device)
+    scale = torch.empty((x.shape[0], 1), dtype=torch.float32, device=x.device)
+    _gelu_quantize_into(x, quantized, scale)
+    return quantized, scale
+
+
+@gelu_quantize_rows.register_fake
+def _gelu_quantize_rows_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.new_empty(x.shape, dtype=FP8_DTYPE), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+# Against the float32 GELU, the kernel's dequantized rows may differ from the torch version's by this much more
+# (relative RMS; both carry e4m3's rounding, about 2-3%), and its scales by this share (the torch version rounds
+# the GELU to bf16 before it takes the maximum).
+MAX_KERNEL_EXTRA_RMS = 0.005
+MAX_SCALE_DIFFERENCE = 0.01
+
+
+@functools.cache
+def gelu_kernel_problem(device: str, width: int = 8960) -> str | None:
+    """None where the Triton GELU-and-cast kernel runs on `device` and matches the torch version on random rows of
+    `width` (every element written, scales and values as close as the two roundings allow); else what is wrong.
+    Asked once per device and width."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return "the GELU-and-cast kernel runs on CUDA GPUs"
+    try:
+        _gelu_quantize_kernel()
+    except ImportError:
+        return "Triton is not installed"
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(67, width, device="cuda", generator=generator) * 2.5).to(torch.bfloat16)
+    quantized = torch.full(x.shape, float("nan"), device="cuda").to(FP8_DTYPE)  # poisoned: each must be written
+    scale = torch.full((x.shape[0], 1), float("nan"), device="cuda")
+    try:
+        _gelu_quantize_into(x, quantized, scale)
+        torch.cuda.synchronize()
+    except Exception as exc:  # a compile or launch this Triton or GPU refuses
+        return f"the GELU-and-cast kernel failed ({type(exc).__name__}: {exc})"
+    exact = torch.nn.functional.gelu(x.float(), approximate="tanh")
+    reference_q, reference_scale = gelu_quantize_reference(x)
+    values = quantized.float() * scale
+    if not torch.isfinite(values).all():
+        return "the GELU-and-cast kernel left elements unwritten"
+    scale_difference = float(((scale - reference_scale).abs() / reference_scale).max())
+    extra = relative_rms(values, exact) - relative_rms(reference_q.float() * reference_scale, exact)
+    if scale_difference > MAX_SCALE_DIFFERENCE or extra > MAX_KERNEL_EXTRA_RMS:
+        return (
+            f"the GELU-and-cast kernel does not match the torch version (scales {scale_difference:.2%} apart, "
+            f"values {extra:+.2%} RMS)"
+        )
+    return None
+
+
 class Fp8Linear(torch.nn.Module):
     """A linear layer whose product runs in fp8 (see the module's docstring); `activation` "gelu_tanh" applies
-    the tanh GELU to the product (the feed-forward's first projection), "" none."""
+    the tanh GELU to the product (the feed-forward's first projection), "" none; `input_activation` "gelu_tanh"
+    applies it to the input instead, in the pass that scales and casts it (`gelu_quantize_rows`: the second
+    projection, after a first one without its GELU)."""
 
-    def __init__(self, linear: torch.nn.Linear, activation: str = "", bias_inside: bool = True):
+    def __init__(
+        self, linear: torch.nn.Linear, activation: str = "", bias_inside: bool = True, input_activation: str = ""
+    ):
         super().__init__()
+        if activation and input_activation:
+            raise ValueError("a layer takes its GELU on its input or on its product, not both")
         weight = linear.weight.detach()
         if weight.shape[1] % 16 or weight.shape[0] % 16:
             raise ValueError(f"fp8 products need both sides of the weight divisible by 16, got {tuple(weight.shape)}")
@@ -80,6 +197,7 @@ class Fp8Linear(torch.nn.Module):
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.out_dtype = weight.dtype if weight.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
         self.activation = activation
+        self.input_activation = input_activation
         self.bias_inside = bias_inside  # the bias in the product's epilogue (bias_in_product), else added after
         # (N, K) row-major: its transpose is the column-major (K, N) the scaled product takes.
         self.register_buffer("weight_fp8", quantized.contiguous())
@@ -87,9 +205,14 @@ class Fp8Linear(torch.nn.Module):
         bias = linear.bias.detach().to(self.out_dtype) if linear.bias is not None else None
         self.register_buffer("bias", bias)
 
+    def quantized_input(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.input_activation == "gelu_tanh":
+            return gelu_quantize_rows(rows)
+        return quantize_rows(rows)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        quantized, scale = quantize_rows(rows)
+        quantized, scale = self.quantized_input(rows)
         bias_inside = self.bias is not None and self.bias_inside
         out = torch._scaled_mm(
             quantized,
@@ -106,13 +229,18 @@ class Fp8Linear(torch.nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation!r}"
+        activation = (
+            f"input_activation={self.input_activation!r}"
+            if self.input_activation
+            else f"activation={self.activation!r}"
+        )
+        return f"in_features={self.in_features}, out_features={self.out_features}, {activation}"
 
 
 def reference_fp8_linear(layer: Fp8Linear, x: torch.Tensor) -> torch.Tensor:
     """What `Fp8Linear` computes, in float32 from the dequantized operands (for checking the scaled product)."""
     rows = x.reshape(-1, layer.in_features)
-    quantized, scale = quantize_rows(rows)
+    quantized, scale = gelu_quantize_reference(rows) if layer.input_activation else quantize_rows(rows)
     weight = layer.weight_fp8.float() * layer.weight_scale.reshape(-1, 1)
     out = (quantized.float() * scale) @ weight.t()
     if layer.bias is not None:
@@ -195,6 +323,7 @@ class Fp8Installed:
     """What `install` changed, to undo it: each replaced layer with its parent and where it sat."""
 
     replaced: list[tuple[torch.nn.Module, str, torch.nn.Module, torch.device]] = field(default_factory=list)
+    gelu_fused: bool = False  # the feed-forward's GELU in its second projection's cast (`gelu_quantize_rows`)
 
     @property
     def layers(self) -> int:
@@ -204,11 +333,32 @@ class Fp8Installed:
         for parent, attribute, layer, device in reversed(self.replaced):
             _set(parent, attribute, layer.to(device))
         self.replaced = []
+        self.gelu_fused = False
 
 
-def install(transformer: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS) -> Fp8Installed:
+def _with_gelu_on_the_second_projection(
+    found: list[tuple[torch.nn.Module, str, torch.nn.Module, str]],
+) -> list[tuple[torch.nn.Module, str, torch.nn.Module, str, str]]:
+    """`found` as (parent, attribute, layer, activation, input_activation), the feed-forward's GELU moved from its
+    first projection's product to its second projection's input (where both are in `found`)."""
+    net = next((parent for parent, attribute, _, activation in found if activation == "gelu_tanh"), None)
+    second = any(parent is net and attribute == "2" for parent, attribute, *_ in found)
+    moved = []
+    for parent, attribute, layer, activation in found:
+        if second and parent is net:
+            moved.append((parent, attribute, layer, "", "gelu_tanh" if attribute == "2" else ""))
+        else:
+            moved.append((parent, attribute, layer, activation, ""))
+    return moved
+
+
+def install(
+    transformer: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS, fuse_gelu: bool = False
+) -> Fp8Installed:
     """Make the linear layers of `kinds` in a Wan transformer's repeated blocks fp8 (`Fp8Linear`); the bf16 layers
-    go to the host until `undo`. Raises Fp8Unavailable for a transformer without Wan blocks."""
+    go to the host until `undo`. With `fuse_gelu`, the feed-forward's GELU goes with its second projection's cast
+    (`gelu_quantize_rows`) instead of after its first product. Raises Fp8Unavailable for a transformer without Wan
+    blocks."""
     if not kinds or set(kinds) - set(LAYER_KINDS):
         raise ValueError(f"fp8 layer kinds must be some of {', '.join(LAYER_KINDS)}, got {kinds!r}")
     blocks = getattr(transformer, "blocks", None)
@@ -218,8 +368,11 @@ def install(transformer: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS) 
     bias_inside = bias_in_product(next(transformer.parameters()).device.type)
     try:
         for block in blocks:
-            for parent, attribute, layer, activation in _block_linears(block, kinds):
-                fp8 = Fp8Linear(_linear_of(layer), activation, bias_inside)
+            found = _block_linears(block, kinds)
+            layers = _with_gelu_on_the_second_projection(found) if fuse_gelu else [(*item, "") for item in found]
+            for parent, attribute, layer, activation, input_activation in layers:
+                fp8 = Fp8Linear(_linear_of(layer), activation, bias_inside, input_activation)
+                installed.gelu_fused = installed.gelu_fused or bool(input_activation)
                 device = _linear_of(layer).weight.device
                 _set(parent, attribute, fp8)
                 installed.replaced.append((parent, attribute, layer.to("cpu"), device))
@@ -232,22 +385,29 @@ def install(transformer: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS) 
 
 
 def install_checked(
-    transformer: torch.nn.Module, device: str, kinds: tuple[str, ...] = LAYER_KINDS
+    transformer: torch.nn.Module, device: str, kinds: tuple[str, ...] = LAYER_KINDS, gelu_kernel: bool = False
 ) -> tuple[Fp8Installed, float]:
     """`install`, kept only where one forward on a small input with fp8 products stays within MAX_RELATIVE_RMS of
-    the bf16 forward; returns the handle and that difference. Raises Fp8Unavailable (the transformer left as it
-    was) where it cannot run or does not match."""
+    the bf16 forward; returns the handle and that difference. The feed-forward's GELU goes into the cast's kernel
+    where `gelu_kernel` and that kernel checks out here (`gelu_kernel_problem`). Raises Fp8Unavailable (the
+    transformer left as it was) where it cannot run or does not match."""
     from studio.engine.gpu.kernels import _small_transformer_inputs
 
     problem = fp8_available(device)
     if problem is not None:
         raise Fp8Unavailable(problem)
+    fuse_gelu = False
+    if gelu_kernel and "ffn" in kinds and ffn_width(transformer):
+        kernel_problem = gelu_kernel_problem(device, ffn_width(transformer))
+        fuse_gelu = kernel_problem is None
+        if kernel_problem is not None:
+            log.info("fp8: the feed-forward's GELU stays with its first product (%s)", kernel_problem)
     inputs = _small_transformer_inputs(transformer, device)
     installed: Fp8Installed | None = None
     try:
         with torch.inference_mode():
             expected = transformer(**inputs, return_dict=False)[0].float()
-            installed = install(transformer, kinds)
+            installed = install(transformer, kinds, fuse_gelu)
             actual = transformer(**inputs, return_dict=False)[0].float()
     except Fp8Unavailable:
         raise
@@ -263,9 +423,20 @@ def install_checked(
             f"{MAX_RELATIVE_RMS:.0%}"
         )
     log.info(
-        "fp8 matmuls in %d layers (a forward within %.2f%% RMS of the bf16 one)", installed.layers, 100 * difference
+        "fp8 matmuls in %d layers%s (a forward within %.2f%% RMS of the bf16 one)",
+        installed.layers,
+        ", the feed-forward's GELU in one kernel with its cast" if installed.gelu_fused else "",
+        100 * difference,
     )
     return installed, difference
+
+
+def ffn_width(transformer: torch.nn.Module) -> int:
+    """The width of a Wan transformer's feed-forward (its second projection's input); 0 where it has none."""
+    blocks = getattr(transformer, "blocks", None) or []
+    net = getattr(getattr(blocks[0], "ffn", None), "net", None) if len(blocks) else None
+    last = net[-1] if isinstance(net, torch.nn.ModuleList) and len(net) else None
+    return last.in_features if isinstance(last, torch.nn.Linear | Fp8Linear) else 0
 
 
 def relative_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:

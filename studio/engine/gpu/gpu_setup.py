@@ -50,6 +50,9 @@ class GpuSetup:
         self.tune_kernels = tune_kernels and device == "cuda"
         self.quantization = fp8.parse_quantization(quantization)  # asked for; `fp8` holds what was applied
         self.fp8_layers: tuple[str, ...] = fp8.LAYER_KINDS  # which block layers fp8 takes (benchmarks compare)
+        # The feed-forward's GELU in the cast's Triton kernel (where it checks out): off until measured faster end
+        # to end than inductor's (benchmarks/levers_gpu.py's fp8-gelu-kernel).
+        self.fp8_gelu_kernel = False
         self.fp8: fp8.Fp8Installed | None = None
         self.fp8_difference: float | None = None  # a small forward's relative RMS difference from bf16
         self.fused_qkv = False
@@ -83,7 +86,9 @@ class GpuSetup:
         if self.quantization == "fp8":
             # After the engine's kernels (fp8 takes over the feed-forward's GELU projection they put in) and before
             # the compile, so that each activation's scaling fuses into the kernel that makes it.
-            self.fp8, self.fp8_difference = fp8.install_checked(transformer, self.device, self.fp8_layers)
+            self.fp8, self.fp8_difference = fp8.install_checked(
+                transformer, self.device, self.fp8_layers, self.fp8_gelu_kernel
+            )
         if self.cuda_graphs:
             self.graphs = GraphedForward(forward)
         if self.compile == "off":
@@ -154,11 +159,12 @@ class GpuSetup:
                 module._compiled_call_impl = None
         if self.installed_kernels is not None:
             # fp8 sits on top of the engine's GELU projection: out first, back in on the plain layers after.
+            gelu_fused = self.fp8 is not None and self.fp8.gelu_fused
             if self.fp8 is not None:
                 self.fp8.undo()
             self.remove_kernels()
             if self.fp8 is not None:
-                self.fp8 = fp8.install(transformer, self.fp8_layers)
+                self.fp8 = fp8.install(transformer, self.fp8_layers, fuse_gelu=gelu_fused)
         if self.attention_backend is not None and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend("native")
         self.compile, self.attention_backend = "off", None
