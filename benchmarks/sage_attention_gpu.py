@@ -51,6 +51,42 @@ NVCC_FLAGS = [
 ]
 
 
+# The attention extension instantiates its kernel for every head size, causal mode, lse return and output dtype (32
+# variants per entry point, minutes of nvcc each); the engine calls one: head_dim 128, not causal, no lse, bf16.
+NARROWED = {"head_dim": "64", "is_causal": "1", "return_lse": "1", "pytorch_dtype": "at::ScalarType::Half"}
+
+
+def narrowed_dispatch(header: str, dropped: dict[str, str] = NARROWED) -> str:
+    """dispatch_utils.h without the first-branch cases in `dropped` (variable -> value): each such macro's
+    `if (var == value) {...} else if (...)` becomes `if (...)`."""
+    lines = header.splitlines(keepends=True)
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        stripped = line.strip()
+        opening = next((v for v, value in dropped.items() if stripped.startswith(f"if ({v} == {value})")), None)
+        if opening is not None:
+            skipping = True
+            continue
+        if skipping and stripped.startswith("} else if"):
+            out.append(line.replace("} else if", "if", 1))
+            skipping = False
+            continue
+        if not skipping:
+            out.append(line)
+    return "".join(out)
+
+
+def narrowed_source(source: Path) -> Path:
+    """A copy of the source tree whose attention kernels are instantiated for the engine's case alone."""
+    copy = Path("/tmp/sage-narrowed")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(source / "csrc", copy / "csrc")
+    header = copy / "csrc" / "dispatch_utils.h"
+    header.write_text(narrowed_dispatch(header.read_text()))
+    return copy
+
+
 def build_one(source: Path, name: str, build_dir: Path) -> Path:
     """Build one extension with torch's builder; the path of its shared object."""
     from torch.utils.cpp_extension import load
@@ -71,7 +107,7 @@ def build_one(source: Path, name: str, build_dir: Path) -> Path:
     return next(build_dir.glob(f"{name}*.so"))
 
 
-def package(source: Path, out: Path, prebuilt: Path | None) -> tuple[Path, dict[str, Any]]:
+def package(source: Path, out: Path, prebuilt: Path | None, narrow: bool = True) -> tuple[Path, dict[str, Any]]:
     """A copy of the `sageattention` package with the two built modules in it; the folder that holds it and what
     the build took."""
     root = Path("/tmp/sage-package")
@@ -86,9 +122,20 @@ def package(source: Path, out: Path, prebuilt: Path | None) -> tuple[Path, dict[
         info["built"] = f"prebuilt, from {prebuilt}"
         return root, info
     started = time.perf_counter()
+    narrowed = narrowed_source(source) if narrow else source
+    info["instantiated"] = "head_dim 128, not causal, no lse, bf16 out" if narrow else "all"
     workers = {
         name: subprocess.Popen(
-            [sys.executable, __file__, "--build-one", name, "--source", str(source), "--out", str(out)],
+            [
+                sys.executable,
+                __file__,
+                "--build-one",
+                name,
+                "--source",
+                str(narrowed if name == "_qattn_sm90" else source),
+                "--out",
+                str(out),
+            ],
             stdout=(out / f"build-{name}.log").open("w"),
             stderr=subprocess.STDOUT,
             env={**os.environ, "MAX_JOBS": "8"},
@@ -147,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     report["nvcc"] = nvcc[-1] if nvcc else None
-    root, report["build"] = package(args.source, args.out, args.prebuilt)
+    root, report["build"] = package(args.source, args.out, args.prebuilt, narrow=not args.all_variants)
     sys.path.insert(0, str(root))
     import sageattention
 
@@ -221,5 +268,6 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
     parser.add_argument("--prebuilt", type=Path, default=None, help="a folder of built _qattn_sm90 and _fused .so")
     parser.add_argument("--tiers", default="480p,720p")
+    parser.add_argument("--all-variants", action="store_true", help="build every kernel variant (much longer)")
     parser.add_argument("--build-one", default=None, help=argparse.SUPPRESS)
     raise SystemExit(main(parser.parse_args()))
