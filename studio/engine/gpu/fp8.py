@@ -397,8 +397,9 @@ def install_checked(
     if problem is not None:
         raise Fp8Unavailable(problem)
     fuse_gelu = False
-    if gelu_kernel and "ffn" in kinds and ffn_width(transformer):
-        kernel_problem = gelu_kernel_problem(device, ffn_width(transformer))
+    width = ffn_width(transformer)
+    if gelu_kernel and "ffn" in kinds and width:
+        kernel_problem = gelu_kernel_problem(device, width)
         fuse_gelu = kernel_problem is None
         if kernel_problem is not None:
             log.info("fp8: the feed-forward's GELU stays with its first product (%s)", kernel_problem)
