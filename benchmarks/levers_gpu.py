@@ -1,5 +1,5 @@
-"""The engine's speed levers (fp8 matmuls, the step cache, both) against the plain diffusers call and the exact
-engine, in one run, with fidelity.
+"""The engine's speed levers (fp8 matmuls, SageAttention, the step cache, and their combinations) against the
+plain diffusers call and the exact engine, in one run, with fidelity.
 
 Model: benchmarks/engine_gpu.py's Wan2.1-T2V-1.3B with random weights (its builder). One process: the plain call
 (eager bf16, one request at a time) first; then, for each quantization, one VideoGenerator (compiled blocks, CUDA
@@ -53,12 +53,22 @@ from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
 
-# name: (quantization, the block layers fp8 takes, the feed-forward's GELU in the cast's Triton kernel)
+# name: (quantization, the block layers fp8 takes, the feed-forward's GELU in the cast's Triton kernel, attention)
 QUANTIZATIONS = {
-    "bf16": ("none", (), False),
-    "fp8": ("fp8", ("attention", "ffn"), False),  # the GELU, row maximum and cast as inductor fuses them
-    "fp8-gelu-kernel": ("fp8", ("attention", "ffn"), True),  # those three in the engine's Triton kernel
-    "fp8-ffn": ("fp8", ("ffn",), False),
+    "bf16": ("none", (), False, "auto"),
+    "fp8": ("fp8", ("attention", "ffn"), False, "auto"),  # the GELU, row maximum and cast as inductor fuses them
+    # those three in the engine's Triton kernel: what `--quantization fp8` serves
+    "fp8-gelu-kernel": ("fp8", ("attention", "ffn"), True, "auto"),
+    "fp8-ffn": ("fp8", ("ffn",), False, "auto"),
+    # SageAttention in the attention (the sageattention package built for this GPU must be importable, e.g. on
+    # PYTHONPATH as benchmarks/sage_attention_gpu.py leaves it in /tmp/sage-package)
+    "sage": ("none", (), False, "sage"),
+    "fp8-gelu-kernel-sage": (
+        "fp8",
+        ("attention", "ffn"),
+        True,
+        "sage",
+    ),  # `--quantization fp8 --attention-backend sage`
 }
 
 
@@ -141,9 +151,11 @@ def main() -> int:
 
     references: dict[tuple[str, int], np.ndarray] = {}  # (tier, seed) -> the exact bf16 engine's frames
     for quantization in quantizations:
-        mode, layers, gelu_kernel = QUANTIZATIONS[quantization]
+        mode, layers, gelu_kernel, attention = QUANTIZATIONS[quantization]
         target = pipe if quantization == "bf16" else fresh_pipeline(pipe, weights, args.smoke, args.device)
-        generator = VideoGenerator("wan2.1-t2v-1.3b-random", device=args.device, quantization=mode)
+        generator = VideoGenerator(
+            "wan2.1-t2v-1.3b-random", device=args.device, quantization=mode, attention_backend=attention
+        )
         if layers:
             generator.gpu.fp8_layers = layers
             generator.gpu.fp8_gelu_kernel = gelu_kernel
@@ -162,6 +174,11 @@ def main() -> int:
         warmup_s = round(time.perf_counter() - started, 1)
         report.setdefault("warmup_s", {})[quantization] = warmup_s
         report.setdefault("fp8_forward_difference", {})[quantization] = generator.gpu.fp8_difference
+        installed = generator.gpu.fp8
+        report.setdefault("gelu_kernel_in_force", {})[quantization] = installed.gelu_fused if installed else None
+        report.setdefault("graphs_in_force", {})[quantization] = bool(
+            generator.gpu.graphs and generator.gpu.graphs.enabled
+        )
         print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
         for tier in tiers:
             row = report["latency"][tier]

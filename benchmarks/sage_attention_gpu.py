@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,13 +78,39 @@ def narrowed_dispatch(header: str, dropped: dict[str, str] = NARROWED) -> str:
     return "".join(out)
 
 
-def narrowed_source(source: Path) -> Path:
-    """A copy of the source tree whose attention kernels are instantiated for the engine's case alone."""
-    copy = Path("/tmp/sage-narrowed")
+LAUNCH = re.compile(r"<<<([^<>]*?)>>>")
+
+
+def on_current_stream(code: str) -> str:
+    """CUDA source whose kernel launches go to torch's current stream. SageAttention launches its kernels on the
+    default stream: run eagerly they are correct (that stream waits for the others), but a CUDA graph captured
+    on a side stream leaves them out, and the engine's check of its graphs then finds a different result and
+    serves without graphs. On the current stream they are captured like any other kernel."""
+
+    def launch(match: re.Match) -> str:
+        parts = [part.strip() for part in match.group(1).split(",")]
+        if len(parts) >= 4:
+            return match.group(0)
+        parts += ["0"] * (3 - len(parts))
+        return "<<<" + ", ".join([*parts, "at::cuda::getCurrentCUDAStream()"]) + ">>>"
+
+    patched = LAUNCH.sub(launch, code)
+    if patched != code and "ATen/cuda/CUDAContext.h" not in patched:
+        patched = "#include <ATen/cuda/CUDAContext.h>\n" + patched
+    return patched
+
+
+def patched_source(source: Path, narrow: bool) -> Path:
+    """A copy of the source tree with its kernels launched on the current stream and, if `narrow`, the attention
+    kernels instantiated for the engine's case alone."""
+    copy = Path("/tmp/sage-patched")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source / "csrc", copy / "csrc")
-    header = copy / "csrc" / "dispatch_utils.h"
-    header.write_text(narrowed_dispatch(header.read_text()))
+    for cuda in (copy / "csrc").rglob("*.cu"):
+        cuda.write_text(on_current_stream(cuda.read_text()))
+    if narrow:
+        header = copy / "csrc" / "dispatch_utils.h"
+        header.write_text(narrowed_dispatch(header.read_text()))
     return copy
 
 
@@ -122,8 +149,9 @@ def package(source: Path, out: Path, prebuilt: Path | None, narrow: bool = True)
         info["built"] = f"prebuilt, from {prebuilt}"
         return root, info
     started = time.perf_counter()
-    narrowed = narrowed_source(source) if narrow else source
+    patched = patched_source(source, narrow)
     info["instantiated"] = "head_dim 128, not causal, no lse, bf16 out" if narrow else "all"
+    info["launches"] = "on the current stream"
     workers = {
         name: subprocess.Popen(
             [
@@ -132,7 +160,7 @@ def package(source: Path, out: Path, prebuilt: Path | None, narrow: bool = True)
                 "--build-one",
                 name,
                 "--source",
-                str(narrowed if name == "_qattn_sm90" else source),
+                str(patched),
                 "--out",
                 str(out),
             ],

@@ -125,6 +125,13 @@ class EmbeddedEngineSettings(BaseModel):
         "scale per output channel, activations scaled per token; a CUDA GPU of compute capability 8.9 or newer, "
         "Wan pipelines only)",
     )
+    engine_attention: Literal["auto", "sage"] = Field(
+        title="Attention kernel",
+        default="auto",
+        description="the embedded engine's attention: auto (the fastest exact kernel, measured at start) or sage "
+        "(SageAttention's 8-bit kernel: faster, a little less exact; the sageattention package built for the "
+        "GPU, Wan pipelines only)",
+    )
 
 
 class ServerLevers(BaseModel):
@@ -670,7 +677,10 @@ class EngineSettings(BaseSettings):
         default=None, description="torch.compile mode, e.g. max-autotune-no-cudagraphs (default: inductor's)"
     )
     attention_backend: str = Field(
-        default="auto", description="diffusers attention backend; auto: the fastest fused kernel measured at start"
+        default="auto",
+        description="diffusers attention backend; auto: the fastest fused kernel measured at start; sage: "
+        "SageAttention's 8-bit kernel in the transformer's attention (a lossy lever; the sageattention package built for this "
+        "GPU, a Wan pipeline, the engine's fused kernels, else the engine refuses to start)",
     )
     cuda_graphs: bool = Field(
         default=True, description="replay the transformer's forward as CUDA graphs at the warmed shapes (GPU only)"

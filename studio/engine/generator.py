@@ -34,6 +34,7 @@ from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND
 from studio.engine.gpu.compile_cache import CompileCache
 from studio.engine.gpu.fp8 import Fp8Unavailable, fp8_available
 from studio.engine.gpu.gpu_setup import GpuSetup
+from studio.engine.gpu.sage import SageUnavailable, sage_problem
 from studio.engine.latent_rgb import LatentRgbMap, map_for_vae
 from studio.engine.loader import PipelineFacts, from_pretrained, set_up_device
 from studio.engine.parallel.leader import FollowerLost, start_leader
@@ -189,11 +190,17 @@ class VideoGenerator:
         forward = TransformerForward(self.pipe)
         if self.gpu.quantization != "none":
             self._check_quantization_runs_here()
+        if self.gpu.sage:
+            self._check_sage_runs_here()
         if self.device == "cuda" and self.facts.batched_loop:
             try:
                 self.gpu.apply(self.pipe, forward, self.dtype, cached_backend=cached_backend)
             except Fp8Unavailable as exc:
                 raise ModelLoadError(f"--quantization fp8: {exc}; start it with --quantization none") from exc
+            except SageUnavailable as exc:
+                raise ModelLoadError(
+                    f"--attention-backend sage: {exc}; start it with --attention-backend auto"
+                ) from exc
         self._install_sequence_parallel()
         if self.rank is None or self.rank.is_leader:
             self.previews = self._make_previews()
@@ -214,6 +221,15 @@ class VideoGenerator:
             raise ModelLoadError(
                 f"--quantization {self.gpu.quantization}: {problem}; start it with --quantization none"
             )
+
+    def _check_sage_runs_here(self) -> None:
+        """Refuse at load, as for fp8, SageAttention where it cannot run: the engine would serve exact attention."""
+        assert self.facts is not None
+        problem = sage_problem(self.device)
+        if problem is None and not self.facts.batched_loop:
+            problem = f"SageAttention runs Wan pipelines on the engine's own loop, not {type(self.pipe).__name__}"
+        if problem is not None:
+            raise ModelLoadError(f"--attention-backend sage: {problem}; start it with --attention-backend auto")
 
     @property
     def levers(self) -> dict[str, str]:
@@ -246,8 +262,7 @@ class VideoGenerator:
             return
         if self.sequence is None:
             self.sequence = SequenceParallel(group)
-        kernel = SDPA_KERNEL_OF_BACKEND.get(self.gpu.attention_backend, "default")
-        self.sequence.install(self.gpu.eager_transformer(self.pipe), kernel)
+        self.sequence.install(self.gpu.eager_transformer(self.pipe), self.gpu.attention_kernel)
 
     def close(self) -> None:
         """Stop the other ranks (rank 0) and leave the ranks' groups; a generator on one rank has nothing to

@@ -143,12 +143,12 @@ def lever_visibility(flags: frozenset[str] | None, why: str = "") -> tuple[dict[
 START_SETTINGS = ("guardrails", "init_timeout_s")
 
 # The embedded engine's own levers (studio.config.EmbeddedEngineSettings; the embedded launcher passes them as the
-# engine's flags), a column each of what goes together: the step cache and its interval, quantization, previews and
-# their interval. Its device, threads and blocklist say where and how it runs at all, and stay with the command line
-# that starts the studio.
+# engine's flags), a column each of what goes together: the step cache and its interval, quantization and the
+# attention kernel, previews and their interval. Its device, threads and blocklist say where and how it runs at all,
+# and stay with the command line that starts the studio.
 ENGINE_LEVER_COLUMNS = (
     ("engine_step_cache", "engine_step_cache_interval"),
-    ("engine_quantization",),
+    ("engine_quantization", "engine_attention"),
     ("engine_previews", "engine_preview_interval_s"),
 )
 ENGINE_LEVERS = tuple(name for column in ENGINE_LEVER_COLUMNS for name in column)

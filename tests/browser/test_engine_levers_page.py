@@ -1,5 +1,5 @@
 """The embedded engine's levers on the Server tab, as the loopback operator sees them in Chromium: the group with its
-five controls, shown for the embedded engine and hidden for another one picked; a bad value answered in words; and
+six controls, shown for the embedded engine and hidden for another one picked; a bad value answered in words; and
 Restart starting the engine with the levers set."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ CONTROLS = {
     "server-engine-step-cache": "Step cache",
     "server-engine-step-cache-interval": "Step cache interval",
     "server-engine-quantization": "Quantization",
+    "server-engine-attention": "Attention kernel",
     "server-engine-previews": "Previews",
     "server-engine-preview-interval-s": "Preview interval (s)",
 }
@@ -37,6 +38,7 @@ def test_the_operator_sees_the_embedded_engines_levers_and_restart_starts_it_wit
             expect(group.locator(f"#{elem_id}")).to_contain_text(label)
         expect(page.locator("#server-engine-step-cache input")).to_have_value("off")
         expect(page.locator("#server-engine-quantization input")).to_have_value("none")
+        expect(page.locator("#server-engine-attention input")).to_have_value("auto")
 
         # Of the server levers, the embedded engine's degrees show; vLLM-Omni's own (its quantization too) do not.
         page.locator("#server-levers").get_by_text("Server levers").click()

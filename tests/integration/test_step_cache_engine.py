@@ -138,3 +138,14 @@ def test_fp8_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
     assert started.returncode == 2
     said = started.stdout + started.stderr
     assert "--quantization fp8: fp8 matmuls need a CUDA GPU" in said and "--quantization none" in said
+
+
+@pytest.mark.parametrize("model", [TINY_WAN_DIR, DEFAULT_MODEL_DIR], ids=["tiny-wan", "small-model"])
+def test_sage_attention_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
+    """SageAttention needs a CUDA GPU and its built package: here the engine must refuse it, not serve exact
+    attention under the lever's name."""
+    started = start_engine(tmp_path, model, "--device", "cpu", "--attention-backend", "sage")
+    assert started.returncode == 2
+    said = started.stdout + started.stderr
+    assert "--attention-backend sage: SageAttention needs a CUDA GPU" in said
+    assert "--attention-backend auto" in said

@@ -31,16 +31,25 @@ SET_FORM = {
     "engine_step_cache": "taylor",
     "engine_step_cache_interval": 3,
     "engine_quantization": "fp8",
+    "engine_attention": "sage",
     "engine_previews": False,
     "engine_preview_interval_s": 2.0,
 }
 SET_FLAGS = [
     ["--step-cache", "taylor", "--step-cache-interval", "3"],
     ["--quantization", "fp8"],
+    ["--attention-backend", "sage"],
     ["--no-previews"],
     ["--preview-interval-s", "2.0"],
 ]
-ENGINE_FLAGS = {"--step-cache", "--step-cache-interval", "--quantization", "--no-previews", "--preview-interval-s"}
+ENGINE_FLAGS = {
+    "--step-cache",
+    "--step-cache-interval",
+    "--quantization",
+    "--attention-backend",
+    "--no-previews",
+    "--preview-interval-s",
+}
 
 
 def settings(**values: Any) -> StudioSettings:
@@ -181,6 +190,7 @@ def test_a_blank_number_keeps_the_interval_in_force():
         ({"engine_preview_interval_s": -1}, "Preview interval (s) must be from 0 to 60, got -1"),
         ({"engine_step_cache": "sometimes"}, "Step cache must be 'off', 'reuse' or 'taylor', got sometimes"),
         ({"engine_quantization": "int4"}, "Quantization must be 'none' or 'fp8', got int4"),
+        ({"engine_attention": "flash"}, "Attention kernel must be 'auto' or 'sage', got flash"),
     ],
 )
 def test_a_bad_value_is_refused_in_words_and_nothing_changes(values, said):

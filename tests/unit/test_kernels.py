@@ -151,3 +151,45 @@ def test_the_engine_flags_turn_the_kernels_and_their_tuning_off() -> None:
     assert settings().fused_kernels and settings().tune_kernels
     off = settings("--no-fused-kernels", "--no-tune-kernels")
     assert not off.fused_kernels and not off.tune_kernels
+
+
+def test_sage_attention_is_refused_off_a_gpu_and_named_only_where_in_force() -> None:
+    from studio.engine.gpu.gpu_setup import GpuSetup
+    from studio.engine.gpu.sage import sage_problem
+
+    assert sage_problem("cpu") == "SageAttention needs a CUDA GPU (this engine runs on cpu)"
+    setup = GpuSetup("cpu", attention_backend="sage")
+    # asked for, but not in force: no kernel runs it, so no record may name it
+    assert setup.sage and setup.attention_backend_setting == "auto"
+    assert setup.attention_kernel == "default" and setup.levers == {}
+
+
+def test_sage_attention_runs_through_the_engines_attention_op(
+    generator: VideoGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SageAttention's kernels run on CUDA GPUs only: this stands in a `sageattention` module whose `sageattn`
+    keeps the package's documented contract (q, k, v as (B, N, H, D) with tensor_layout="NHD", the result in the
+    same layout and dtype) with exact attention, to check that the engine routes self-attention through it, names
+    the lever in its records only while it is in force, and takes it out again."""
+    import sys
+    import types
+
+    calls: list[tuple[torch.Size, str]] = []
+
+    def sageattn(q, k, v, tensor_layout="HND", is_causal=False, **_):  # type: ignore[no-untyped-def]
+        assert tensor_layout == "NHD" and not is_causal and q.stride(-1) == 1
+        calls.append((q.shape, tensor_layout))
+        out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return out.transpose(1, 2)
+
+    monkeypatch.setitem(sys.modules, "sageattention", types.SimpleNamespace(sageattn=sageattn))
+    generator.gpu.sage = True
+    generator.gpu.install_kernels(generator.pipe)
+    try:
+        assert generator.gpu.installed_kernels is not None and calls, "the start-up check ran no attention through it"
+        assert generator.gpu.attention_kernel == "sage" and generator.gpu.levers == {"attention": "sage"}
+        processors = [m.processor for m in generator.pipe.transformer.modules() if type(m).__name__ == "WanAttention"]
+        assert {p.backend for p in processors if isinstance(p, kernels.EngineWanAttnProcessor)} == {"sage"}
+    finally:
+        generator.gpu.remove_kernels()
+    assert generator.gpu.attention_kernel == "default" and generator.gpu.levers == {}

@@ -264,6 +264,8 @@ def embedded_launch(
         ]
     if settings.engine_quantization != "none":
         argv += ["--quantization", settings.engine_quantization]
+    if settings.engine_attention != "auto":
+        argv += ["--attention-backend", settings.engine_attention]
     # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism). The
     # other vLLM-Omni levers (ring, cache, quantization, attention backend, eager, VAE tiling) have no engine flag.
     if settings.cfg_parallel_size > 1:

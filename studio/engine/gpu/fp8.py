@@ -86,14 +86,24 @@ def _gelu_quantize_kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def omni_fp8_gelu_quantize_rows(x_ptr, q_ptr, scale_ptr, x_stride, width, fp8_max, BLOCK: tl.constexpr):
+    def omni_fp8_gelu_quantize_rows(
+        x_ptr,
+        q_ptr,
+        scale_ptr,
+        x_stride,
+        width,
+        fp8_max,
+        BLOCK: tl.constexpr,
+        GELU_C: tl.constexpr,  # the module's constants come in as arguments: a kernel reads no Python globals
+        GELU_CUBE: tl.constexpr,
+    ):
         # One program per row: the row read once into registers, its GELU, its largest magnitude, and the e4m3
         # row and its scale written once.
         row = tl.program_id(0).to(tl.int64)
         column = tl.arange(0, BLOCK)
         mask = column < width
         x = tl.load(x_ptr + row * x_stride + column, mask=mask, other=0.0).to(tl.float32)
-        inner = GELU_TANH_C * (x + GELU_TANH_CUBE * x * x * x)
+        inner = GELU_C * (x + GELU_CUBE * x * x * x)
         gelu = x * tl.sigmoid(2.0 * inner)
         scale = tl.maximum(tl.max(tl.abs(gelu), axis=0), 1e-12) / fp8_max
         quantized = tl.clamp(gelu / scale, -fp8_max, fp8_max)
@@ -115,7 +125,16 @@ def _gelu_quantize_into(x: torch.Tensor, quantized: torch.Tensor, scale: torch.T
         x = x.contiguous()
     block = 1 << max(4, (width - 1).bit_length())
     _gelu_quantize_kernel()[(rows,)](
-        x, quantized, scale, x.stride(0), width, FP8_MAX, BLOCK=block, num_warps=16 if block >= 8192 else 8
+        x,
+        quantized,
+        scale,
+        x.stride(0),
+        width,
+        FP8_MAX,
+        BLOCK=block,
+        GELU_C=GELU_TANH_C,
+        GELU_CUBE=GELU_TANH_CUBE,
+        num_warps=16 if block >= 8192 else 8,
     )
 
 

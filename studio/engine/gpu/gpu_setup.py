@@ -12,6 +12,7 @@ from studio.engine.gpu import fp8, kernels
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
 from studio.engine.gpu.compile_fixes import keep_cached_kernel_tuning
 from studio.engine.gpu.graphs import Forward, GraphedForward
+from studio.engine.gpu.sage import MAX_SAGE_FORWARD_DIFFERENCE, SAGE_SETTING, SageUnavailable, sage_problem
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,9 @@ class GpuSetup:
         self.device = device
         self.compile = compile
         self.compile_mode = compile_mode or None
-        self.attention_backend_setting = attention_backend
+        # "sage": SageAttention in the attention the engine's kernels run, the fastest fused kernel for the rest.
+        self.sage = attention_backend == SAGE_SETTING
+        self.attention_backend_setting = "auto" if self.sage else attention_backend
         self.attention_backend: str | None = None  # what was applied (a diffusers backend name)
         self.cuda_graphs = cuda_graphs and device == "cuda"
         self.graphs: GraphedForward | None = None  # the transformer's forward, replayed as CUDA graphs
@@ -50,9 +53,10 @@ class GpuSetup:
         self.tune_kernels = tune_kernels and device == "cuda"
         self.quantization = fp8.parse_quantization(quantization)  # asked for; `fp8` holds what was applied
         self.fp8_layers: tuple[str, ...] = fp8.LAYER_KINDS  # which block layers fp8 takes (benchmarks compare)
-        # The feed-forward's GELU in the cast's Triton kernel (where it checks out): off until measured faster end
-        # to end than inductor's (benchmarks/levers_gpu.py's fp8-gelu-kernel).
-        self.fp8_gelu_kernel = False
+        # The feed-forward's GELU in the cast's Triton kernel where it checks out at start: one read of each row
+        # instead of inductor's two, 0.685 of the plain call at 480p against 0.700 (benchmarks/levers_gpu.py's
+        # fp8-gelu-kernel against fp8, benchmarks/RESULTS.md). Benchmarks turn it off to compare.
+        self.fp8_gelu_kernel = True
         self.fp8: fp8.Fp8Installed | None = None
         self.fp8_difference: float | None = None  # a small forward's relative RMS difference from bf16
         self.fused_qkv = False
@@ -66,6 +70,8 @@ class GpuSetup:
         one the model was loaded in; `cached_backend` the fastest kernel as an earlier start on this machine
         measured it (studio.engine.gpu.compile_cache), which spares the timing."""
         transformer = pipe.transformer
+        if self.sage and (problem := sage_problem(self.device)) is not None:
+            raise SageUnavailable(problem)
         if hasattr(transformer, "fuse_qkv_projections"):
             try:
                 transformer.fuse_qkv_projections()
@@ -83,6 +89,11 @@ class GpuSetup:
             self.attention_backend = backend
         if self.fused_kernels:
             self.install_kernels(pipe)
+        if self.sage and self.installed_kernels is None:
+            raise SageUnavailable(
+                "SageAttention runs inside the engine's own attention kernel, which is not in use here "
+                + ("(--no-fused-kernels)" if not self.fused_kernels else "(its start-up check failed: see the log)")
+            )
         if self.quantization == "fp8":
             # After the engine's kernels (fp8 takes over the feed-forward's GELU projection they put in) and before
             # the compile, so that each activation's scaling fuses into the kernel that makes it.
@@ -131,14 +142,27 @@ class GpuSetup:
             or self.attention_backend not in SDPA_KERNEL_OF_BACKEND
         ):
             return
-        installed = kernels.install_checked(transformer, SDPA_KERNEL_OF_BACKEND[self.attention_backend], self.device)
+        if self.sage:
+            installed = kernels.install_checked(transformer, "sage", self.device, MAX_SAGE_FORWARD_DIFFERENCE)
+        else:
+            installed = kernels.install_checked(transformer, self.attention_kernel, self.device)
         if installed is not None:
             self.kernels, self.installed_kernels = installed.counts, installed
 
     @property
+    def attention_kernel(self) -> str:
+        """The kernel self-attention runs on, as studio.engine.gpu.kernels names it."""
+        if self.sage and self.installed_kernels is not None:
+            return "sage"
+        return SDPA_KERNEL_OF_BACKEND.get(self.attention_backend, "default")
+
+    @property
     def levers(self) -> dict[str, str]:
         """The levers in force that change a video's arithmetic, as a job's record names them."""
-        return {"quantization": "fp8"} if self.fp8 is not None else {}
+        levers = {"quantization": "fp8"} if self.fp8 is not None else {}
+        if self.attention_kernel == "sage":
+            levers["attention"] = "sage"
+        return levers
 
     def remove_kernels(self) -> None:
         if self.installed_kernels is not None:

@@ -1,0 +1,65 @@
+"""SageAttention (github.com/thu-ml/SageAttention: q and k in int8, p·v in fp8 where the GPU has it) as the kernel of
+the transformer's attention: a lever that trades a little precision for speed, off unless asked for with
+`--attention-backend sage`.
+
+SageAttention's CUDA kernels are not on the package index for every GPU and CUDA: the `sageattention` package must
+be built for this GPU (its setup.py, or benchmarks/sage_attention_gpu.py, which builds the Hopper kernels) and be
+importable. Where it is not, the engine refuses to start with it rather than serve exact attention under the
+lever's name. The kernel runs inside the engine's attention op (studio.engine.gpu.kernels.attention_bnhd), so the
+compiled blocks, CUDA graphs and Ulysses take it as they take cuDNN's. It runs in self- and cross-attention alike
+(every attention the engine's processor handles); the fused kernel picked at start serves what that processor
+leaves to diffusers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SAGE_SETTING = "sage"  # the --attention-backend value that asks for it
+# The compute capabilities `sageattn` has a kernel for, and the flag of sageattention.core that says whether that
+# kernel's CUDA module was built (None: its Triton kernel, always there).
+KERNEL_FLAGS: dict[tuple[int, int], str | None] = {
+    (8, 0): "SM80_ENABLED",
+    (8, 6): None,
+    (8, 9): "SM89_ENABLED",
+    (9, 0): "SM90_ENABLED",
+    (12, 0): "SM89_ENABLED",
+}
+# A lossy kernel: the start-up check of the engine's kernels allows this much more than for exact ones; its effect
+# on a video is measured against exact attention in benchmarks/levers_gpu.py.
+MAX_SAGE_FORWARD_DIFFERENCE = 0.1
+
+
+class SageUnavailable(RuntimeError):
+    """--attention-backend sage cannot run here; the message says why in a user's words."""
+
+
+def sage_problem(device: str) -> str | None:
+    """None where SageAttention's kernels run on `device`; else why not."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return f"SageAttention needs a CUDA GPU (this engine runs on {device})"
+    try:
+        from sageattention import core
+    except Exception as exc:  # not installed, or built for another torch or CUDA: the import itself says which
+        return (
+            f"the sageattention package cannot be imported ({type(exc).__name__}: {exc}); build it for this GPU "
+            "from github.com/thu-ml/SageAttention"
+        )
+    capability = torch.cuda.get_device_capability()
+    if capability not in KERNEL_FLAGS:
+        return f"SageAttention has no kernel for compute capability {capability[0]}.{capability[1]}"
+    flag = KERNEL_FLAGS[capability]
+    if flag is not None and not getattr(core, flag, False):
+        return (
+            f"the sageattention package was built without the kernels of compute capability "
+            f"{capability[0]}.{capability[1]} ({flag} is false)"
+        )
+    return None
+
+
+def sage_attention_bnhd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention over (B, N, H, D) tensors (last dimension contiguous) by SageAttention's kernel for this GPU;
+    the result (B, N, H, D), in q's dtype."""
+    import sageattention
+
+    return sageattention.sageattn(q, k, v, tensor_layout="NHD", is_causal=False)
