@@ -81,6 +81,60 @@ def test_a_closed_loop_keeps_the_server_busy_and_a_batch_serves_several_at_once(
     assert simulate(batching, 400, concurrency=1).videos_per_s == pytest.approx(2.0)
 
 
+def test_requests_sent_together_make_one_batch_where_the_server_waits_for_partners():
+    # Two clients in a closed loop, the second's POST a little later than the first's (as on any machine).
+    fleet = SimFleet(
+        replicas=1, service_mean_s=0.5, pre_s=0.005, overhead_cv=0.5, max_batch=2, slowdown=((1.0, 1.0), (2.0, 1.6))
+    )
+    # Taking the first at once, the server never sees the two together: each batch is one request, 0.5 s.
+    alone = simulate(fleet, 100, concurrency=2, seed=3)
+    assert alone.service_s == pytest.approx(np.full(100, 0.5))
+    # Waiting 20 ms for a partner (the embedded engine's batch wait when idle, a tenth of its 200 ms), they go as one
+    # batch of two, 0.8 s, and the pair is done sooner than one after the other.
+    gathering = dataclasses.replace(fleet, gather_s=0.02, gather_busy_s=0.2)
+    together = simulate(gathering, 100, concurrency=2, seed=3)
+    assert together.service_s == pytest.approx(np.full(100, 0.8))
+    assert together.videos_per_s > alone.videos_per_s * 1.2
+    # A request alone waits its 20 ms and goes by itself; one that came while a batch ran, whose wait ended before
+    # that batch, goes as soon as the server is free.
+    direct = dataclasses.replace(gathering, pre_s=0.0)  # (the wait counts from the arrival, the POST in it)
+    single = simulate(direct, 1, rate_per_s=1.0)
+    assert single.wait_s[0] == pytest.approx(0.02) and single.service_s[0] == pytest.approx(0.5)
+    queued = simulate(direct, 2, arrivals_s=[0.0, 0.1])
+    assert queued.wait_s == pytest.approx([0.02, 0.42])  # the second starts as the first's batch ends, at 0.52 s
+    with pytest.raises(ValueError, match="cannot be negative"):
+        SimFleet(replicas=1, service_mean_s=1.0, gather_s=-1.0)
+
+
+def test_the_engines_batch_wait_is_read_from_its_command_and_no_other_servers():
+    from studio.backend.bench.plan_model import engine_batch_wait_s
+
+    engine = "/usr/bin/python3 -m studio.engine --model M --port 9000"
+    assert engine_batch_wait_s({"commands": [engine]}) == pytest.approx(0.2)  # the engine's default, 200 ms
+    assert engine_batch_wait_s({"commands": [engine + " --batch-wait-ms 50"]}) == pytest.approx(0.05)
+    assert engine_batch_wait_s({"commands": [engine + " --batch-wait-ms=0"]}) == 0.0
+    assert engine_batch_wait_s({"commands": ["vllm serve M --omni --port 9000"]}) == 0.0
+    assert engine_batch_wait_s({}) == 0.0
+
+
+def test_the_fit_of_a_gpu_bench_gives_each_batch_size_the_time_its_batches_took():
+    """The embedded engine on one H200 (benchmarks/gpu_runs, Wan2.1-1.3B's shape at 256p): its closed-loop cells at
+    concurrency 2 and 4 ran batches of 2 and 4. The fitted slowdown at each batch size must be what those batches
+    took over one request alone, as the server reported their inference times."""
+    import json
+    from pathlib import Path
+
+    runs = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runs"
+    report = json.loads((runs / "plan_check_bench_gpu-2026-12-03.json").read_text())
+    (model,) = fleet_models(report, "256p", True)
+    assert model.max_batch == 4 and model.gather_s == pytest.approx(0.02) and model.gather_busy_s == pytest.approx(0.2)
+    inference = {c: np.mean([r["inference_s"] for r in report["requests"] if r["concurrency"] == c]) for c in (1, 2, 4)}
+    fitted = {p.concurrency: p.factor for p in model.load_points}
+    for concurrency in (2, 4):
+        assert fitted[concurrency] == pytest.approx(inference[concurrency] / inference[1], rel=0.1)
+    assert not model.notes  # no factor held at a bound
+
+
 def test_the_router_gives_each_request_to_the_least_busy_replica_ties_to_the_first():
     fleet = SimFleet(replicas=3, service_mean_s=1.0)
     # Far apart, every request finds all three idle: the first takes each, none waits.

@@ -12,7 +12,9 @@ Per fleet (layout x variant) at one tier:
   start of the next one waiting (the median: the server's own bookkeeping), which holds the server but is in no
   request's inference time;
 - **batching**: the most requests a replica served at once, on average, in any cell (throughput x service time per
-  replica, by Little's law): 1 where the engine runs one at a time (the embedded engine on a CPU);
+  replica, by Little's law): 1 where the engine runs one at a time (the embedded engine on a CPU); where it batches,
+  the embedded engine's wait for a batch's partners (`--batch-wait-ms` as its command gave it, else its default; a
+  tenth of it when the engine was idle), which makes requests sent together one batch;
 - **how service time grows with load**: for each closed-loop cell at concurrency c, the factor by which its requests'
   times at the server must grow for the simulated closed loop of c to show the cell's mean latency, placed at the
   cell's load: the share of replicas busy (min(c, replicas) of them), or the batch size where the server batches
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from studio.backend.bench.plan_sim import SimFleet, pooled, runs_of
+from studio.config import EngineSettings
 
 # The fewest requests of a concurrency-1 cell that give a service time and its spread.
 MIN_REQUESTS = 3
@@ -82,6 +86,8 @@ class FleetModel(BaseModel):
     overhead_cv: float
     handover_s: float = Field(default=0.0, description="the server's time between a job's end and the next's start")
     max_batch: int
+    gather_s: float = Field(default=0.0, description="the server's wait for a batch's partners when it was idle")
+    gather_busy_s: float = Field(default=0.0, description="the same when it was computing as the request came")
     load_points: list[LoadPoint]
     notes: list[str] = Field(default_factory=list)
 
@@ -113,6 +119,8 @@ class FleetModel(BaseModel):
             max_batch=self.max_batch,
             slowdown=self.slowdown(),
             slots=slots,
+            gather_s=self.gather_s,
+            gather_busy_s=self.gather_busy_s,
         )
 
 
@@ -234,6 +242,7 @@ def _fit(
             relative.extend(times / float(np.mean(times)))
     max_batch = max(1, round(max(in_service, default=1.0)))
     handover = _handover([r for r in requests if r.get("concurrency", 1) > 1])
+    batch_wait = engine_batch_wait_s(record) if max_batch > 1 else 0.0
 
     base = FleetModel(
         label=str(record.get("label") or f"{record['layout']} {record['variant']}"),
@@ -256,6 +265,8 @@ def _fit(
         overhead_cv=_cv(overhead) if float(np.mean(overhead)) > 0 else 0.0,
         handover_s=handover,
         max_batch=max_batch,
+        gather_s=batch_wait / 10,  # as studio.engine.jobs waits when no other job runs or finishes
+        gather_busy_s=batch_wait,
         load_points=[
             LoadPoint(
                 concurrency=1,
@@ -291,6 +302,27 @@ def _fit(
     if len(points) == 1:
         notes.append("only concurrency 1 measured: service time taken not to change with load")
     return base.model_copy(update={"load_points": points, "notes": notes})
+
+
+def engine_batch_wait_s(record: Mapping[str, Any]) -> float:
+    """The longest a queued job of the fleet's servers waits for batch partners: the embedded engine's
+    `--batch-wait-ms` as the fleet's commands gave it, else the engine's default; 0 for other servers (their
+    batching, if any, is not the engine's)."""
+    default = EngineSettings.model_fields["batch_wait_ms"].default / 1000
+    for command in record.get("commands") or []:
+        try:
+            argv = shlex.split(str(command))
+        except ValueError:
+            continue
+        if not any(a == "-m" and b == "studio.engine" for a, b in itertools.pairwise(argv)):
+            continue
+        for at, arg in enumerate(argv):
+            if arg == "--batch-wait-ms" and at + 1 < len(argv):
+                return float(argv[at + 1]) / 1000
+            if arg.startswith("--batch-wait-ms="):
+                return float(arg.split("=", 1)[1]) / 1000
+        return default
+    return 0.0
 
 
 def _handover(rows: Sequence[Mapping[str, Any]]) -> float:

@@ -4,7 +4,9 @@ What it follows, per request: its arrival (Poisson, or a closed loop that sends 
 its wait in the studio for one of the in-flight slots; the router's choice (the replica with the fewest requests
 outstanding, ties to the first, as studio.backend.clients.router does); the studio's time before the server has it
 (the POST); the server's own queue, first come first served, from which an idle server takes up to `max_batch`
-requests into one batch (all that are queued then: it does not wait for more); the batch's time, and after it the
+requests into one batch (where it batches, the oldest of them waits for partners until the batch is full or, from
+when it reached the server, `gather_busy_s` if the server was computing then and `gather_s` if it was idle: the
+embedded engine's batch wait, which forms a batch of a burst sent together); the batch's time, and after it the
 server's handover (its own bookkeeping before it takes the next, which a queued request waits for); then the
 studio's time after it (download, the mp4 checked, its sidecar and history row), during which the request still
 holds its slot and counts as outstanding at its replica.
@@ -33,7 +35,8 @@ import numpy as np
 STEADY_REQUESTS = 12_000
 STEADY_WARMUP = 0.1
 
-_AT_SERVER, _SERVER_FREE, _FINISHED = 0, 1, 2  # kinds of event; a batch's end is kept apart (`running`)
+# kinds of event; a batch's end is kept apart (`running`)
+_AT_SERVER, _SERVER_FREE, _FINISHED, _GATHERED = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -52,12 +55,18 @@ class SimFleet:
     # interpolated between the points and held flat beyond them.
     slowdown: tuple[tuple[float, float], ...] = ((1.0, 1.0),)
     slots: int | None = None  # requests at the servers at once, the whole fleet; None: no limit
+    # Where the server batches: the longest the oldest queued request waits for partners, from when it reached an
+    # idle server, or one that was computing (then it waits only where the batch before ends sooner).
+    gather_s: float = 0.0
+    gather_busy_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.max_batch < 1 or self.service_mean_s <= 0:
             raise ValueError("a simulated fleet needs a replica, a batch of one and a positive service time")
         if self.slots is not None and self.slots < 1:
             raise ValueError("slots must be 1 or more (None: no limit)")
+        if self.gather_s < 0 or self.gather_busy_s < 0:
+            raise ValueError("a server's wait for a batch's partners cannot be negative")
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,8 @@ def simulate(
     arrival = [0.0] * n
     start = [0.0] * n
     done = [0.0] * n
+    at_server = [0.0] * n  # when it joined its server's queue
+    came_busy = [False] * n  # whether that server was computing (or in its handover) then
     if open_loop:  # every arrival is known in advance; `next_arrival` walks them
         given = arrivals_s if arrivals_s is not None else poisson_offsets(rate_per_s or 1.0, n, seed)
         arrival = [float(t) for t in given]
@@ -163,6 +174,7 @@ def simulate(
     router = [(0, r) for r in range(replicas)]  # (outstanding, replica): stale entries are skipped
     queues: list[deque[int]] = [deque() for _ in range(replicas)]
     occupied = [False] * replicas  # computing a batch, or in its handover after one
+    gather_until = [-1.0] * replicas  # the instant an idle server's wait for partners ends (-1: none pending)
     waiting: deque[int] = deque()  # in the studio, for a slot
     in_flight = computing = batches = 0
 
@@ -186,11 +198,31 @@ def simulate(
         for i in batch:
             start[i] = now
         occupied[r] = True
+        gather_until[r] = -1.0
         computing += 1
         work = service[batches] * (factor[len(batch)] if batching else 1.0)
         batches += 1
         seq += 1
         heapq.heappush(running, (clock + work, seq, r, batch))
+
+    def take_queued(r: int) -> None:
+        """A server free to start: its queued requests as a batch now, or, where it batches and the batch is not
+        full, once the oldest one's wait for partners ends (an arrival that fills the batch starts it sooner)."""
+        nonlocal seq
+        queue = queues[r]
+        if not queue:
+            occupied[r] = False
+            return
+        head = queue[0]
+        deadline = at_server[head] + (fleet.gather_busy_s if came_busy[head] else fleet.gather_s)
+        if not batching or len(queue) >= batch_limit or deadline <= now:
+            start_batch(r)
+            return
+        occupied[r] = False
+        if gather_until[r] != deadline:
+            gather_until[r] = deadline
+            seq += 1
+            heapq.heappush(events, (deadline, seq, _GATHERED, r, None))
 
     def arrive(i: int) -> None:
         if in_flight < slots:
@@ -223,10 +255,8 @@ def simulate(
             if handover > 0:  # the server's own bookkeeping before it takes the next
                 seq += 1
                 heapq.heappush(events, (now + handover, seq, _SERVER_FREE, r, None))
-            elif queues[r]:
-                start_batch(r)
             else:
-                occupied[r] = False
+                take_queued(r)
             continue
         if soonest != when:
             arrive(next_arrival)
@@ -235,13 +265,15 @@ def simulate(
         _, _, kind, r, i = heapq.heappop(events)
         if kind == _AT_SERVER:
             queues[r].append(i)
+            at_server[i], came_busy[i] = now, occupied[r]
             if not occupied[r]:  # (a server in its handover takes it when that ends)
-                start_batch(r)
+                take_queued(r)
         elif kind == _SERVER_FREE:
-            if queues[r]:
-                start_batch(r)
-            else:
-                occupied[r] = False
+            take_queued(r)
+        elif kind == _GATHERED:
+            if not occupied[r] and gather_until[r] == now:  # (not one a full batch or a later wait replaced)
+                gather_until[r] = -1.0
+                take_queued(r)
         else:
             done[i] = now
             outstanding[r] -= 1
