@@ -7,9 +7,12 @@ nvcc, for sm_90a; both build at once, each in its own process. The built modules
 a later run can take them with --prebuilt instead of building again.
 
 Sage's times include its own quantization of q, k and v (and v's padding to a multiple of 128 tokens): what a
-call costs the engine. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128), several sets in turn so the
-inputs come from memory; the time is the median of triton.testing.do_bench. Error: against float32 attention on the
-first two heads, ||out - ref|| / ||ref||.
+call costs the engine. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128),
+several sets in turn so the inputs come from memory; the time is the median of triton.testing.do_bench. Error:
+against float32 attention on the first two heads, ||out - ref|| / ||ref||. The kernels are built with their launches
+on torch's current stream (as released they go to the default stream, which CUDA graphs do not capture), so the
+built package serves the engine's `--attention-backend sage` too: put /tmp/sage-package, where it is left, on
+PYTHONPATH.
 
 Usage (on an H100/H200, with a checkout of github.com/thu-ml/SageAttention at SRC):
     python benchmarks/sage_attention_gpu.py --source SRC --out DIR [--prebuilt DIR/sage-so] [--tiers 480p,720p]
@@ -178,7 +181,7 @@ def package(source: Path, out: Path, prebuilt: Path | None, narrow: bool = True)
         shutil.copy(built, root / "sageattention" / f"{name}.so")
         shutil.copy(built, kept / f"{name}.so")
     info["build_s"] = round(time.perf_counter() - started, 1)
-    print(f"built in {info['build_s']} s", flush=True)
+    print(f"built in {info['build_s']} s; the package: {root} (on PYTHONPATH, the engine can take it)", flush=True)
     return root, info
 
 

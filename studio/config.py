@@ -679,8 +679,8 @@ class EngineSettings(BaseSettings):
     attention_backend: str = Field(
         default="auto",
         description="diffusers attention backend; auto: the fastest fused kernel measured at start; sage: "
-        "SageAttention's 8-bit kernel in the transformer's attention (a lossy lever; the sageattention package built for this "
-        "GPU, a Wan pipeline, the engine's fused kernels, else the engine refuses to start)",
+        "SageAttention's 8-bit kernel in the transformer's attention (a lossy lever; the sageattention package "
+        "built for this GPU, a Wan pipeline, the engine's fused kernels, else the engine refuses to start)",
     )
     cuda_graphs: bool = Field(
         default=True, description="replay the transformer's forward as CUDA graphs at the warmed shapes (GPU only)"
