@@ -288,7 +288,9 @@ def _assumptions(plan_bench: Mapping[str, Any], tier: str, slots: str, sim_reque
         "A request goes slower while more of the replicas compute (where the server batches: the larger its batch), "
         "as the bench's closed-loop cells showed, held flat beyond the highest concurrency measured; the server's "
         "handover between two jobs and the studio's own time per request (sending, download, the mp4's check) are "
-        "as measured.",
+        "as measured. Where the embedded engine batches, a request waits for partners of its shape as the "
+        "engine's --batch-wait-ms says (a tenth of it when the engine is idle), so requests sent together share "
+        "a batch.",
         f"The studio sends at most {slots} at once; the rest wait in it, and the router gives each request "
         "to the replica with the fewest outstanding.",
         "More replicas than measured serve as the measured ones did, at the same load per replica (extrapolated).",
