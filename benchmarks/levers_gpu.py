@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +51,42 @@ from benchmarks.engine_gpu import (  # noqa: E402
 from benchmarks.step_cache_gpu import POLICIES, engine_call, fidelity, plain_call  # noqa: E402
 from studio.engine.generation_types import ModelLoadError  # noqa: E402
 from studio.engine.generator import VideoGenerator  # noqa: E402
+from studio.engine.gpu import fp8  # noqa: E402
 from studio.engine.jobs import JobManager  # noqa: E402
 from studio.engine.metrics import EngineMetrics  # noqa: E402
 
-# name: (quantization, the block layers fp8 takes, the feed-forward's GELU in the cast's Triton kernel, attention)
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the engine's transformer: its quantization, the block layers fp8 takes, the
+    feed-forward's GELU in the cast's Triton kernel (and that kernel's chunk: 0, one pass over each row in
+    registers), fast accumulation in the fp8 products, and the attention backend."""
+
+    quantization: str = "none"
+    layers: tuple[str, ...] = ()
+    gelu_kernel: bool = False
+    gelu_chunk: int = fp8.GELU_CHUNK
+    fast_accum: bool = False
+    attention: str = "auto"
+
+
+FP8_LAYERS = ("attention", "ffn")
+# What `--quantization fp8` serves: the GELU kernel in two passes of chunks, fast accumulation.
+SERVED_FP8 = Variant("fp8", FP8_LAYERS, gelu_kernel=True, fast_accum=True)
 QUANTIZATIONS = {
-    "bf16": ("none", (), False, "auto"),
-    "fp8": ("fp8", ("attention", "ffn"), False, "auto"),  # the GELU, row maximum and cast as inductor fuses them
-    # those three in the engine's Triton kernel: what `--quantization fp8` serves
-    "fp8-gelu-kernel": ("fp8", ("attention", "ffn"), True, "auto"),
-    "fp8-ffn": ("fp8", ("ffn",), False, "auto"),
+    "bf16": Variant(),
+    "fp8": SERVED_FP8,
+    # the GELU, row maximum and cast as inductor fuses them, products accumulated exactly (fp8 of 2026-12-02)
+    "fp8-inductor-gelu": Variant("fp8", FP8_LAYERS),
+    # the GELU kernel in one pass over each row, products accumulated exactly (fp8 of 2026-12-03)
+    "fp8-gelu-kernel": Variant("fp8", FP8_LAYERS, gelu_kernel=True, gelu_chunk=0),
+    # the served GELU kernel, products accumulated exactly
+    "fp8-exact-accum": Variant("fp8", FP8_LAYERS, gelu_kernel=True),
+    "fp8-ffn": Variant("fp8", ("ffn",)),
     # SageAttention in the attention (the sageattention package built for this GPU must be importable, e.g. on
     # PYTHONPATH as benchmarks/sage_attention_gpu.py leaves it in /tmp/sage-package)
-    "sage": ("none", (), False, "sage"),
-    "fp8-gelu-kernel-sage": (
-        "fp8",
-        ("attention", "ffn"),
-        True,
-        "sage",
-    ),  # `--quantization fp8 --attention-backend sage`
+    "sage": Variant(attention="sage"),
+    "fp8-sage": replace(SERVED_FP8, attention="sage"),  # `--quantization fp8 --attention-backend sage`
 }
 
 
@@ -151,14 +169,20 @@ def main() -> int:
 
     references: dict[tuple[str, int], np.ndarray] = {}  # (tier, seed) -> the exact bf16 engine's frames
     for quantization in quantizations:
-        mode, layers, gelu_kernel, attention = QUANTIZATIONS[quantization]
+        variant = QUANTIZATIONS[quantization]
         target = pipe if quantization == "bf16" else fresh_pipeline(pipe, weights, args.smoke, args.device)
         generator = VideoGenerator(
-            "wan2.1-t2v-1.3b-random", device=args.device, quantization=mode, attention_backend=attention
+            "wan2.1-t2v-1.3b-random",
+            device=args.device,
+            quantization=variant.quantization,
+            attention_backend=variant.attention,
         )
-        if layers:
-            generator.gpu.fp8_layers = layers
-            generator.gpu.fp8_gelu_kernel = gelu_kernel
+        if variant.layers:
+            generator.gpu.fp8_layers = variant.layers
+            generator.gpu.fp8_gelu_kernel = variant.gelu_kernel
+            generator.gpu.fp8_fast_accum = variant.fast_accum
+        # Read by the GELU kernel's launches as the warm-up captures them: this variant's, until the next one's.
+        fp8.GELU_CHUNK = variant.gelu_chunk
         try:
             generator.load(pipeline=target)
         except ModelLoadError as exc:  # the others still run: the report says why this one did not

@@ -209,7 +209,8 @@ def configure(generator: VideoGenerator, variant: str) -> None:
     the order given: `plain` (as the engine loads it without its own kernels), `fused` (the engine's kernels,
     studio.engine.gpu.kernels), `tuned-pointwise` (the compiler also times the block sizes of its fused kernels), `fp8` and `fp8-ffn` (the
     blocks' products in fp8, studio.engine.gpu.fp8: all their linear layers, or the feed-forward's alone), `fp8-gelu-kernel`
-    (`fp8` with the feed-forward's GELU, row maximum and cast in the engine's Triton kernel instead of inductor's)."""
+    (`fp8` with the feed-forward's GELU, row maximum and cast in the engine's Triton kernel instead of inductor's),
+    `fp8-served` (what `--quantization fp8` serves: that kernel and fast accumulation in the products)."""
     transformer = generator.pipe.transformer
     if variant == "fused":
         generator.gpu.install_kernels(generator.pipe)
@@ -218,14 +219,18 @@ def configure(generator: VideoGenerator, variant: str) -> None:
     elif variant == "tuned-pointwise":
         # A global setting, as the engine sets it: torch.compile's `options` cannot be given with a `mode`.
         torch._inductor.config.coordinate_descent_tuning = True
-    elif variant in ("fp8", "fp8-ffn", "fp8-gelu-kernel"):
+    elif variant in ("fp8", "fp8-ffn", "fp8-gelu-kernel", "fp8-served"):
         from studio.engine.gpu import fp8
 
         kinds = fp8.LAYER_KINDS if variant != "fp8-ffn" else ("ffn",)
         if generator.gpu.fp8 is not None:
             generator.gpu.fp8.undo()
         generator.gpu.fp8, generator.gpu.fp8_difference = fp8.install_checked(
-            transformer, "cuda", kinds, gelu_kernel=variant == "fp8-gelu-kernel"
+            transformer,
+            "cuda",
+            kinds,
+            gelu_kernel=variant in ("fp8-gelu-kernel", "fp8-served"),
+            fast_accum=variant == "fp8-served",
         )
     elif variant != "plain":
         raise ValueError(f"unknown variant {variant!r}")

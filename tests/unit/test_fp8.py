@@ -244,3 +244,35 @@ def test_fused_gelu_takes_over_the_engines_gelu_projection_too() -> None:
     installed.undo()
     assert isinstance(model.blocks[0].ffn.net[0], kernels.EpilogueGELU)
     with_kernels.undo()
+
+
+def test_fast_accumulation_reaches_every_product_and_survives_the_fall_back_to_eager(monkeypatch) -> None:
+    asked: list[bool] = []
+    scaled_mm = torch._scaled_mm
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(kwargs.get("use_fast_accum", False))
+        return scaled_mm(*args, **kwargs)
+
+    model = transformer()
+    expected = forward(model)
+    installed = fp8.install(model, fast_accum=True)
+    assert installed.fast_accum
+    assert all(
+        module.fast_accum for module in model.modules() if isinstance(module, fp8.Fp8Linear)
+    ) and "fast_accum=True" in repr(model.blocks[0].ffn.net[2])
+    monkeypatch.setattr(torch, "_scaled_mm", recording)
+    assert fp8.relative_rms(forward(model), expected) < 0.1
+    assert asked == [True] * (LAYERS_PER_BLOCK * CONFIG["num_layers"])
+    installed.undo()
+    assert not installed.fast_accum and not any(isinstance(m, fp8.Fp8Linear) for m in model.modules())
+    # the setup's fall back to eager puts fp8 back as it was, fast accumulation and all
+    setup = GpuSetup("cpu", compile="off")
+    assert setup.fp8_fast_accum  # what --quantization fp8 serves
+    model = transformer()
+    setup.installed_kernels = kernels.install(model, "default")
+    setup.fp8 = fp8.install(model, fast_accum=True)
+    setup.fall_back_to_eager(type("Pipe", (), {"transformer": model})())
+    assert setup.fp8.fast_accum and model.blocks[0].attn1.to_qkv.fast_accum
+    # exact accumulation stays the layer's default
+    assert not fp8.Fp8Linear(torch.nn.Linear(32, 16)).fast_accum

@@ -10,13 +10,16 @@ The scaling and the cast are plain torch ops inside the compiled blocks: inducto
 makes the activation (the norm and modulation before q/k/v), so the activation reaches memory once, in fp8, and no
 pass of its own is paid for it (measured: a separate cast costs more than the fp8 product saves). The feed-forward's
 GELU is the exception: its rows are 8,960 wide, and inductor's kernel for GELU, row maximum and cast reads each row
-twice and computes the GELU twice (0.85 ms a block at 480p, about three times what one pass costs). There one Triton
-kernel (`gelu_quantize_rows`) holds each row in registers: the first projection writes its bf16 product, the kernel
-reads it once and writes the GELU's e4m3 rows and their scales, and the second projection takes them. It is used
-only where asked for (`GpuSetup.fp8_gelu_kernel`, off until benchmarks/levers_gpu.py measures it faster end to end
-than inductor's kernel) and where a check on the GPU at install finds it equal to the torch version
-(`gelu_kernel_problem`). The embedding layers and the output projection stay in bf16, as do norms, attention
-and the modulation: only the products change.
+twice and computes the GELU twice (0.85 ms a block at 480p). There one Triton kernel (`gelu_quantize_rows`) does the
+three: the first projection writes its bf16 product, the kernel takes each row in two passes over chunks of
+GELU_CHUNK columns (the largest GELU magnitude, then the scaled cast; the second pass finds the row in L2) and writes
+the GELU's e4m3 rows and their scales, and the second projection takes them: 0.49 of inductor's time at 480p, and
+0.92 of the same kernel holding a whole row in registers (few such programs fit on a multiprocessor at once). It is
+used where asked for (`GpuSetup.fp8_gelu_kernel`, on by default) and where a check on the GPU at install finds it
+equal to the torch version (`gelu_kernel_problem`). The products accumulate in the fp8 MMA's own accumulator
+(`Fp8Linear.fast_accum`, `GpuSetup.fp8_fast_accum`): 0.669 of the plain call at 480p against 0.697 with cuBLAS's
+float32 promotion, at the same fidelity (benchmarks/RESULTS.md). The embedding layers and the output projection
+stay in bf16, as do norms, attention and the modulation: only the products change.
 
 `install` quantizes a transformer and returns a handle that puts the bf16 layers back; `install_checked` keeps it
 only where a forward with it stays close to the bf16 one. The bf16 weights are moved to the host while fp8 is in
@@ -78,6 +81,9 @@ def fp8_available(device: str) -> str | None:
 # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2 / pi) * (x + 0.044715 x^3): the tanh GELU.
 GELU_TANH_C = 0.7978845608028654
 GELU_TANH_CUBE = 0.044715
+# Columns the GELU kernel takes at a time (two passes over each row); 0: the whole row at once, in one pass.
+# benchmarks/fp8_gelu_gpu.py times both.
+GELU_CHUNK = 1024
 
 
 @functools.cache
@@ -94,20 +100,43 @@ def _gelu_quantize_kernel() -> Any:
         width,
         fp8_max,
         BLOCK: tl.constexpr,
+        CHUNKS: tl.constexpr,
         GELU_C: tl.constexpr,  # the module's constants come in as arguments: a kernel reads no Python globals
         GELU_CUBE: tl.constexpr,
     ):
-        # One program per row: the row read once into registers, its GELU, its largest magnitude, and the e4m3
-        # row and its scale written once.
         row = tl.program_id(0).to(tl.int64)
         column = tl.arange(0, BLOCK)
-        mask = column < width
-        x = tl.load(x_ptr + row * x_stride + column, mask=mask, other=0.0).to(tl.float32)
-        inner = GELU_C * (x + GELU_CUBE * x * x * x)
-        gelu = x * tl.sigmoid(2.0 * inner)
-        scale = tl.maximum(tl.max(tl.abs(gelu), axis=0), 1e-12) / fp8_max
-        quantized = tl.clamp(gelu / scale, -fp8_max, fp8_max)
-        tl.store(q_ptr + row * width + column, quantized.to(q_ptr.dtype.element_ty), mask=mask)
+        if CHUNKS == 1:
+            # The row read once into registers, its GELU, its largest magnitude, and the e4m3 row and its scale
+            # written once (a whole row per program: few programs fit on a multiprocessor at a time).
+            mask = column < width
+            x = tl.load(x_ptr + row * x_stride + column, mask=mask, other=0.0).to(tl.float32)
+            gelu = x * tl.sigmoid(2.0 * (GELU_C * (x + GELU_CUBE * x * x * x)))
+            scale = tl.maximum(tl.max(tl.abs(gelu), axis=0), 1e-12) / fp8_max
+            quantized = tl.clamp(gelu / scale, -fp8_max, fp8_max)
+            tl.store(q_ptr + row * width + column, quantized.to(q_ptr.dtype.element_ty), mask=mask)
+        else:
+            # Two passes over the row in chunks of BLOCK: its largest GELU magnitude, then the scaled cast. Small
+            # programs, many of them resident at once; the second pass finds the row in L2, where the first kept
+            # it, so memory still sees one read of it.
+            largest = tl.zeros([BLOCK], dtype=tl.float32)
+            for chunk in tl.static_range(CHUNKS):
+                offsets = chunk * BLOCK + column
+                x = tl.load(
+                    x_ptr + row * x_stride + offsets, mask=offsets < width, other=0.0, eviction_policy="evict_last"
+                ).to(tl.float32)
+                gelu = x * tl.sigmoid(2.0 * (GELU_C * (x + GELU_CUBE * x * x * x)))
+                largest = tl.maximum(largest, tl.abs(gelu))
+            scale = tl.maximum(tl.max(largest, axis=0), 1e-12) / fp8_max
+            for chunk in tl.static_range(CHUNKS):
+                offsets = chunk * BLOCK + column
+                mask = offsets < width
+                x = tl.load(x_ptr + row * x_stride + offsets, mask=mask, other=0.0, eviction_policy="evict_first").to(
+                    tl.float32
+                )
+                gelu = x * tl.sigmoid(2.0 * (GELU_C * (x + GELU_CUBE * x * x * x)))
+                quantized = tl.clamp(gelu / scale, -fp8_max, fp8_max)
+                tl.store(q_ptr + row * width + offsets, quantized.to(q_ptr.dtype.element_ty), mask=mask)
         tl.store(scale_ptr + row, scale)
 
     return omni_fp8_gelu_quantize_rows
@@ -119,11 +148,20 @@ def gelu_quantize_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return quantize_rows(torch.nn.functional.gelu(x, approximate="tanh"))
 
 
-def _gelu_quantize_into(x: torch.Tensor, quantized: torch.Tensor, scale: torch.Tensor) -> None:
+def _gelu_quantize_into(
+    x: torch.Tensor, quantized: torch.Tensor, scale: torch.Tensor, chunk: int | None = None
+) -> None:
+    """The kernel over `x`'s rows, in two passes of `chunk` columns (a power of two; default GELU_CHUNK, read at
+    each launch), or in one pass over the whole row held in registers where `chunk` is 0."""
+    chunk = GELU_CHUNK if chunk is None else chunk
     rows, width = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
-    block = 1 << max(4, (width - 1).bit_length())
+    whole_row = 1 << max(4, (width - 1).bit_length())
+    block = min(chunk, whole_row) if chunk else whole_row
+    if block & (block - 1):
+        raise ValueError(f"the GELU kernel's chunk must be a power of two, got {chunk}")
+    warps = max(1, min(16, block // 256))  # 8 columns a thread
     _gelu_quantize_kernel()[(rows,)](
         x,
         quantized,
@@ -132,9 +170,10 @@ def _gelu_quantize_into(x: torch.Tensor, quantized: torch.Tensor, scale: torch.T
         width,
         FP8_MAX,
         BLOCK=block,
+        CHUNKS=-(-width // block),
         GELU_C=GELU_TANH_C,
         GELU_CUBE=GELU_TANH_CUBE,
-        num_warps=16 if block >= 8192 else 8,
+        num_warps=warps,
     )
 
 
@@ -204,7 +243,12 @@ class Fp8Linear(torch.nn.Module):
     projection, after a first one without its GELU)."""
 
     def __init__(
-        self, linear: torch.nn.Linear, activation: str = "", bias_inside: bool = True, input_activation: str = ""
+        self,
+        linear: torch.nn.Linear,
+        activation: str = "",
+        bias_inside: bool = True,
+        input_activation: str = "",
+        fast_accum: bool = False,
     ):
         super().__init__()
         if activation and input_activation:
@@ -218,6 +262,10 @@ class Fp8Linear(torch.nn.Module):
         self.activation = activation
         self.input_activation = input_activation
         self.bias_inside = bias_inside  # the bias in the product's epilogue (bias_in_product), else added after
+        # Hopper's fp8 MMA accumulates with fewer bits than float32; without fast accumulation cuBLAS adds the
+        # partial sums into float32 every few K steps, which costs time. With it, the MMA's own accumulator runs
+        # the whole K (what torchao's float8 inference does for its forward products).
+        self.fast_accum = fast_accum
         # (N, K) row-major: its transpose is the column-major (K, N) the scaled product takes.
         self.register_buffer("weight_fp8", quantized.contiguous())
         self.register_buffer("weight_scale", scale.reshape(1, -1).contiguous())  # (1, N)
@@ -240,6 +288,7 @@ class Fp8Linear(torch.nn.Module):
             scale_b=self.weight_scale,
             bias=self.bias if bias_inside else None,
             out_dtype=self.out_dtype,
+            use_fast_accum=self.fast_accum,
         )
         if self.bias is not None and not bias_inside:  # added in the next fused kernel instead
             out = out + self.bias
@@ -253,7 +302,8 @@ class Fp8Linear(torch.nn.Module):
             if self.input_activation
             else f"activation={self.activation!r}"
         )
-        return f"in_features={self.in_features}, out_features={self.out_features}, {activation}"
+        accumulation = ", fast_accum=True" if self.fast_accum else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, {activation}{accumulation}"
 
 
 def reference_fp8_linear(layer: Fp8Linear, x: torch.Tensor) -> torch.Tensor:
@@ -343,6 +393,7 @@ class Fp8Installed:
 
     replaced: list[tuple[torch.nn.Module, str, torch.nn.Module, torch.device]] = field(default_factory=list)
     gelu_fused: bool = False  # the feed-forward's GELU in its second projection's cast (`gelu_quantize_rows`)
+    fast_accum: bool = False  # the products accumulate in the fp8 MMA's own accumulator (`Fp8Linear.fast_accum`)
 
     @property
     def layers(self) -> int:
@@ -352,7 +403,7 @@ class Fp8Installed:
         for parent, attribute, layer, device in reversed(self.replaced):
             _set(parent, attribute, layer.to(device))
         self.replaced = []
-        self.gelu_fused = False
+        self.gelu_fused = self.fast_accum = False
 
 
 def _with_gelu_on_the_second_projection(
@@ -372,25 +423,28 @@ def _with_gelu_on_the_second_projection(
 
 
 def install(
-    transformer: torch.nn.Module, kinds: tuple[str, ...] = LAYER_KINDS, fuse_gelu: bool = False
+    transformer: torch.nn.Module,
+    kinds: tuple[str, ...] = LAYER_KINDS,
+    fuse_gelu: bool = False,
+    fast_accum: bool = False,
 ) -> Fp8Installed:
     """Make the linear layers of `kinds` in a Wan transformer's repeated blocks fp8 (`Fp8Linear`); the bf16 layers
     go to the host until `undo`. With `fuse_gelu`, the feed-forward's GELU goes with its second projection's cast
-    (`gelu_quantize_rows`) instead of after its first product. Raises Fp8Unavailable for a transformer without Wan
-    blocks."""
+    (`gelu_quantize_rows`) instead of after its first product; with `fast_accum`, the products accumulate in the
+    fp8 MMA's accumulator. Raises Fp8Unavailable for a transformer without Wan blocks."""
     if not kinds or set(kinds) - set(LAYER_KINDS):
         raise ValueError(f"fp8 layer kinds must be some of {', '.join(LAYER_KINDS)}, got {kinds!r}")
     blocks = getattr(transformer, "blocks", None)
     if type(transformer).__name__ != "WanTransformer3DModel" or not isinstance(blocks, torch.nn.ModuleList):
         raise Fp8Unavailable(f"fp8 matmuls run Wan transformers' blocks, not {type(transformer).__name__}")
-    installed = Fp8Installed()
+    installed = Fp8Installed(fast_accum=fast_accum)
     bias_inside = bias_in_product(next(transformer.parameters()).device.type)
     try:
         for block in blocks:
             found = _block_linears(block, kinds)
             layers = _with_gelu_on_the_second_projection(found) if fuse_gelu else [(*item, "") for item in found]
             for parent, attribute, layer, activation, input_activation in layers:
-                fp8 = Fp8Linear(_linear_of(layer), activation, bias_inside, input_activation)
+                fp8 = Fp8Linear(_linear_of(layer), activation, bias_inside, input_activation, fast_accum)
                 installed.gelu_fused = installed.gelu_fused or bool(input_activation)
                 device = _linear_of(layer).weight.device
                 _set(parent, attribute, fp8)
@@ -404,7 +458,11 @@ def install(
 
 
 def install_checked(
-    transformer: torch.nn.Module, device: str, kinds: tuple[str, ...] = LAYER_KINDS, gelu_kernel: bool = False
+    transformer: torch.nn.Module,
+    device: str,
+    kinds: tuple[str, ...] = LAYER_KINDS,
+    gelu_kernel: bool = False,
+    fast_accum: bool = False,
 ) -> tuple[Fp8Installed, float]:
     """`install`, kept only where one forward on a small input with fp8 products stays within MAX_RELATIVE_RMS of
     the bf16 forward; returns the handle and that difference. The feed-forward's GELU goes into the cast's kernel
@@ -427,7 +485,7 @@ def install_checked(
     try:
         with torch.inference_mode():
             expected = transformer(**inputs, return_dict=False)[0].float()
-            installed = install(transformer, kinds, fuse_gelu)
+            installed = install(transformer, kinds, fuse_gelu, fast_accum)
             actual = transformer(**inputs, return_dict=False)[0].float()
     except Fp8Unavailable:
         raise
@@ -443,9 +501,10 @@ def install_checked(
             f"{MAX_RELATIVE_RMS:.0%}"
         )
     log.info(
-        "fp8 matmuls in %d layers%s (a forward within %.2f%% RMS of the bf16 one)",
+        "fp8 matmuls in %d layers%s%s (a forward within %.2f%% RMS of the bf16 one)",
         installed.layers,
         ", the feed-forward's GELU in one kernel with its cast" if installed.gelu_fused else "",
+        ", fast accumulation" if installed.fast_accum else "",
         100 * difference,
     )
     return installed, difference

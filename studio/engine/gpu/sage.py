@@ -13,6 +13,8 @@ leaves to diffusers.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 SAGE_SETTING = "sage"  # the --attention-backend value that asks for it
@@ -25,6 +27,9 @@ KERNEL_FLAGS: dict[tuple[int, int], str | None] = {
     (9, 0): "SM90_ENABLED",
     (12, 0): "SM89_ENABLED",
 }
+# On Hopper, q·k's int8 scales per warp (a 64-row block of q) rather than `sageattn`'s per thread: 0.79 of cuDNN's
+# time at 480p against 0.81, and the same error against float32 attention (3.9% and 3.8%; benchmarks/RESULTS.md).
+HOPPER_QK_GRANULARITY = "per_warp"
 # A lossy kernel: the start-up check of the engine's kernels allows this much more than for exact ones; its effect
 # on a video is measured against exact attention in benchmarks/levers_gpu.py.
 MAX_SAGE_FORWARD_DIFFERENCE = 0.1
@@ -57,9 +62,19 @@ def sage_problem(device: str) -> str | None:
     return None
 
 
+@functools.cache
+def _is_hopper(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) == (9, 0)
+
+
 def sage_attention_bnhd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Attention over (B, N, H, D) tensors (last dimension contiguous) by SageAttention's kernel for this GPU;
-    the result (B, N, H, D), in q's dtype."""
+    the result (B, N, H, D), in q's dtype. On Hopper its sm90 kernel with HOPPER_QK_GRANULARITY, elsewhere
+    `sageattn`'s choice."""
     import sageattention
 
+    if q.is_cuda and _is_hopper(q.device.index or 0):
+        return sageattention.sageattn_qk_int8_pv_fp8_cuda_sm90(
+            q, k, v, tensor_layout="NHD", is_causal=False, qk_quant_gran=HOPPER_QK_GRANULARITY
+        )
     return sageattention.sageattn(q, k, v, tensor_layout="NHD", is_causal=False)
