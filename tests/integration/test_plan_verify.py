@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 SHAPE = ["--tier", "256p", "--frames", "9", "--steps", "4"]
 ENGINE = ["--model", str(MODEL_DIR), "--engine-threads", "1"]
 VERIFY_REQUESTS = 100
-BUDGET_S = 240  # about 2 minutes an attempt
+BUDGET_S = 240  # an attempt takes about 2 minutes
 ATTEMPTS = 2
 
 
@@ -81,11 +81,15 @@ def bench_plan_and_verify(folder: Path) -> list[tuple[str, dict]]:
     return checks
 
 
+# The suite's timeout is one attempt's budget and a little: a second attempt, after a drifted first, needs its own.
+@pytest.mark.timeout(ATTEMPTS * BUDGET_S + 60)
 def test_a_plan_at_two_rates_agrees_with_runs_of_the_fleets_it_recommends(tmp_path: Path):
-    started = time.monotonic()
     attempts = []
     for attempt in range(ATTEMPTS):  # a second one only where the machine's speed moved under the first
+        started = time.monotonic()
         checks = bench_plan_and_verify(tmp_path / f"attempt-{attempt}")
+        seconds = time.monotonic() - started
+        assert seconds < BUDGET_S, f"attempt {attempt + 1} took {seconds:.0f} s"
         attempts.append(checks)
         if len(checks) == 2 and not any(off_speed(check) for _, check in checks):
             break
@@ -99,4 +103,3 @@ def test_a_plan_at_two_rates_agrees_with_runs_of_the_fleets_it_recommends(tmp_pa
     for name, check in checks:
         assert abs(check["predicted_attainment"] - check["measured_attainment"]) <= 0.10, f"{name}: {check}"
         assert check["predicted_p90_s"] == pytest.approx(check["measured_p90_s"], rel=0.25), f"{name}: {check}"
-    assert time.monotonic() - started < BUDGET_S
