@@ -245,7 +245,7 @@ def main(args: argparse.Namespace) -> int:
         ),
     }
     rows = []
-    for tier in args.tiers.split(","):
+    for tier in [t for t in args.tiers.split(",") if t]:  # none: build the package only
         tokens = TOKENS[tier]
         inputs = [
             tuple(torch.randn(BATCH, tokens, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))

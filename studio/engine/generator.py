@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from studio.engine import batching, warmup
+from studio.engine import batching, vae_fused, warmup
 from studio.engine.batching import BatchBuckets
 from studio.engine.denoise import BatchedDenoiser, TransformerForward
 from studio.engine.device_thread import DeviceThread
@@ -107,6 +107,7 @@ class VideoGenerator:
         self.pipe: Any = None
         self.facts: PipelineFacts | None = None  # read off the pipeline at load
         self.vae_channels_last: bool | None = None  # decided by measurement at warm-up on a GPU
+        self.fused_vae = False  # the VAE decodes through studio.engine.vae_fused (on a GPU, with the kernels)
         self.warmup_seconds: dict[str, float] = {}
         self.parallel = parallel if parallel is not None and parallel.enabled else None
         self.rank = rank
@@ -201,6 +202,14 @@ class VideoGenerator:
                 raise ModelLoadError(
                     f"--attention-backend sage: {exc}; start it with --attention-backend auto"
                 ) from exc
+        if self.gpu.fused_kernels and getattr(self.pipe, "vae", None) is not None:
+            # The VAE decode through the fused walk too (its norms, SiLUs and joins in one pass each, compiled):
+            # 0.79 of the decoder's own forward at 480p on an H200 (benchmarks/vae_decode_gpu.py).
+            self.fused_vae = vae_fused.install(self.pipe.vae, compiled=self.gpu.compile != "off")
+            if self.fused_vae and not (self.rank is not None and self.rank.splits_decode):
+                # The walk's activations are channels-last by construction, so its weights are too: timing the
+                # decoder's own forward in both layouts (pick_vae_memory_format) would pick for a path not served.
+                self.vae_channels_last = True
         self._install_sequence_parallel()
         if self.rank is None or self.rank.is_leader:
             self.previews = self._make_previews()

@@ -21,6 +21,7 @@ from studio.engine.parallel import ParallelSettings, RankLayout
 from studio.engine.parallel.leader import FollowerLost
 from studio.engine.parallel.sequence import TokenShares, UlyssesWanAttnProcessor
 from studio.engine.parallel.split_decode import decoder_halo
+from studio.engine.step_cache import StepCacheMode, StepCachePolicy
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -92,6 +93,26 @@ def test_frames_equal_the_one_rank_engine(spread: VideoGenerator, single: VideoG
     even = params(13, size=EVEN)
     difference = np.abs(spread.generate(even).frames.astype(int) - single.generate(even).frames.astype(int))
     assert difference.max() <= 1 and difference.mean() < 0.01
+
+
+def test_a_step_cache_skips_the_same_steps_on_every_rank(spread: VideoGenerator, single: VideoGenerator) -> None:
+    """The step cache on ranks: every rank skips the transformer at the same steps (a rank that ran it alone would
+    wait in its collectives for ever), and the frames equal the one-rank engine's with the same cache."""
+    policy = StepCachePolicy(StepCacheMode.TAYLOR, interval=3)
+    assert policy.computed_count(8) < 8
+    cached = params(71, steps=8, step_cache=policy)
+    forwards: list[int] = []
+    handle = spread.pipe.transformer.register_forward_pre_hook(lambda _m, _a: forwards.append(1))
+    try:
+        got = spread.generate(cached)
+    finally:
+        handle.remove()
+    assert len(forwards) == policy.computed_count(8)
+    expected = single.generate(cached)
+    difference = np.abs(got.frames.astype(int) - expected.frames.astype(int))
+    assert difference.max() <= 1 and difference.mean() < 0.01
+    exact = single.generate(params(71, steps=8))
+    assert np.abs(exact.frames.astype(int) - expected.frames.astype(int)).max() > 1  # the cache changed the video
 
 
 def test_each_rank_runs_its_share(spread: VideoGenerator) -> None:
