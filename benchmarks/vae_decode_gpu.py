@@ -6,7 +6,9 @@ algorithms (what the engine sets on an H200), 33 frames, one latent frame at a t
 
 - `module`: the decoder's forward (what the engine did before);
 - `fused-eager`: the fused walk, its joins as torch ops;
-- `fused`: the fused walk, its joins compiled (what the engine serves on a GPU);
+- `fused`: the fused walk, its norms compiled (what the engine serves where the kernel below fails its check);
+- `fused-kernel`: the fused walk, its norm, SiLU and join in one Triton kernel (studio.engine.gpu.vae_kernels;
+  what the engine serves on a GPU);
 - `diffusers`: `vae.decode` as the plain pipeline call runs it (its frames joined as it goes), for reference.
 
     python benchmarks/vae_decode_gpu.py --out DIR
@@ -38,7 +40,7 @@ from studio.engine.vae_chunks import vae_decode_chunks  # noqa: E402
 from studio.engine.vae_decode import conv_weights_channels_last, vae_conv_flags  # noqa: E402
 
 TIERS = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}
-VARIANTS = ("module", "fused-eager", "fused", "diffusers")
+VARIANTS = ("module", "fused-eager", "fused", "fused-kernel", "diffusers")
 
 
 def sync(device: str) -> None:
@@ -129,6 +131,12 @@ def main() -> int:
         "fused": vae_fused.FusedWanDecoder(vae.decoder, compiled=device == "cuda"),
     }
     variants = [v for v in args.variants.split(",") if v]
+    kernel_problem = vae_fused.kernel_problem(device)
+    if kernel_problem is None:
+        walks["fused-kernel"] = vae_fused.FusedWanDecoder(vae.decoder, compiled=True, kernel=True)
+    elif "fused-kernel" in variants:
+        print(f"fused-kernel left out: {kernel_problem}", flush=True)
+        variants.remove("fused-kernel")
 
     def engine_decode(z: torch.Tensor, variant: str) -> torch.Tensor:
         vae_fused.uninstall(vae)
@@ -149,6 +157,7 @@ def main() -> int:
         "torch": torch.__version__,
         "frames": args.frames,
         "fusable": vae_fused.fusable(vae.decoder),
+        "kernel_problem": kernel_problem,
         "first_call_s": {},
         "tiers": {},
     }
@@ -190,7 +199,9 @@ def main() -> int:
                     row[variant]["vs_module"] = difference(frames[variant], frames["module"])
             if device == "cuda" and tier == args.profile_tier and batch == 1:
                 row["profile"] = {
-                    v: profile(lambda v=v, z=z: decode(z, v)) for v in variants if v in ("module", "fused")
+                    v: profile(lambda v=v, z=z: decode(z, v))
+                    for v in variants
+                    if v in ("module", "fused", "fused-kernel")
                 }
             report["tiers"][f"{tier} x{batch}"] = row
             out_path.write_text(json.dumps(report, indent=2))

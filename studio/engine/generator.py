@@ -203,9 +203,10 @@ class VideoGenerator:
                     f"--attention-backend sage: {exc}; start it with --attention-backend auto"
                 ) from exc
         if self.gpu.fused_kernels and getattr(self.pipe, "vae", None) is not None:
-            # The VAE decode through the fused walk too (its norms, SiLUs and joins in one pass each, compiled):
-            # 0.79 of the decoder's own forward at 480p on an H200 (benchmarks/vae_decode_gpu.py).
-            self.fused_vae = vae_fused.install(self.pipe.vae, compiled=self.gpu.compile != "off")
+            # The VAE decode through the fused walk too (each norm, SiLU and causal join in one Triton kernel where
+            # it checks out here, else the norms compiled): 0.57 of the decoder's own forward at 480p on an H200,
+            # 0.71 with the compiled norms (benchmarks/vae_decode_gpu.py).
+            self.fused_vae = vae_fused.install(self.pipe.vae, compiled=self.gpu.compile != "off", kernel=True)
             if self.fused_vae and not (self.rank is not None and self.rank.splits_decode):
                 # The walk's activations are channels-last by construction, so its weights are too: timing the
                 # decoder's own forward in both layouts (pick_vae_memory_format) would pick for a path not served.

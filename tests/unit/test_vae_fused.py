@@ -132,3 +132,22 @@ def test_a_compile_that_fails_falls_back_to_the_eager_norm(caplog: pytest.LogCap
     assert calls == [1] and walk._norm is vae_fused.norm_silu_rows
     assert "eager from now on" in caplog.text
     assert torch.allclose(got.clamp(-1, 1), torch.cat(module_frames(vae, z), 2), atol=1e-4)
+
+
+def test_the_kernel_is_refused_off_a_gpu_and_the_walk_keeps_torch_ops() -> None:
+    """The norm-and-join kernel is Triton's: on a CPU it is refused with the reason, and the walk installed with it
+    asked for decodes through torch ops, with the decoder's frames."""
+    assert "CUDA" in (vae_fused.kernel_problem("cpu") or "")
+    vae = wan_layout_vae()
+    torch.manual_seed(6)
+    z = torch.randn(1, 16, 2, 4, 6)
+    try:
+        assert vae_fused.install(vae, compiled=False, kernel=True)
+        walk = vae_fused.installed(vae.decoder)
+        assert walk is not None and not walk.kernel
+        with torch.inference_mode():
+            got = torch.cat(list(vae_decode_chunks(vae, z)), 2)
+            expected = torch.cat(module_frames(vae, z), 2)
+    finally:
+        vae_fused.uninstall(vae)
+    assert torch.allclose(got, expected, atol=1e-4)
