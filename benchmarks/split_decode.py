@@ -25,11 +25,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.wan_vae import benchmark_vae  # noqa: E402
 from studio.engine.frames import to_uint8_tensor  # noqa: E402
 from studio.engine.parallel.layout import RankLayout  # noqa: E402
 from studio.engine.parallel.split_decode import decoder_halo, plan_strips, split_frames  # noqa: E402
 from studio.engine.vae_chunks import vae_decode_chunks  # noqa: E402
-from studio.engine.vae_decode import conv_weights_channels_last, vae_conv_flags  # noqa: E402
+from studio.engine.vae_decode import vae_conv_flags  # noqa: E402
 
 TIERS = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}
 
@@ -72,19 +73,11 @@ def main() -> int:
     parser.add_argument("--parts", default="2,4")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from diffusers import AutoencoderKLWan
-
     device = args.device
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    torch.manual_seed(0)
     if args.smoke:
-        vae = AutoencoderKLWan.from_pretrained(ROOT / "assets" / "tiny-wan" / "vae")
         args.tiers, args.repeats = "256p", 1
-    else:
-        vae = AutoencoderKLWan()  # diffusers' defaults are Wan 2.1's VAE
-    vae = vae.to(device, dtype).eval()
-    if device == "cuda":
-        conv_weights_channels_last(vae, True)  # the layout the engine picks on an H200 at these sizes
+    vae = benchmark_vae(device, args.smoke)
+    dtype = vae.dtype
     report: dict[str, object] = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.engine_gpu import TIERS, build_pipeline, sync  # noqa: E402
+from benchmarks.wan_vae import fidelity  # noqa: E402
 from studio.engine.generation_types import GenerationParams  # noqa: E402
 from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.step_cache import StepCacheMode, StepCachePolicy  # noqa: E402
@@ -42,16 +42,6 @@ POLICIES = {
     "taylor/2": StepCachePolicy(StepCacheMode.TAYLOR, interval=2),
     "taylor/3": StepCachePolicy(StepCacheMode.TAYLOR, interval=3),
 }
-
-
-def fidelity(frames: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-    difference = np.abs(frames.astype(np.float64) - reference.astype(np.float64))
-    mse = float(np.mean(difference**2))
-    return {
-        "mean_levels": round(float(difference.mean()), 3),
-        "max_levels": int(difference.max()),
-        "psnr_db": round(10 * math.log10(255.0**2 / mse), 2) if mse > 0 else float("inf"),
-    }
 
 
 def plain_call(pipe: Any, args: argparse.Namespace, tier: str, seed: int) -> tuple[float, np.ndarray]:

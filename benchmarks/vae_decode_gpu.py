@@ -34,10 +34,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.wan_vae import benchmark_vae, fidelity  # noqa: E402
 from studio.engine import vae_fused  # noqa: E402
 from studio.engine.frames import to_uint8_tensor  # noqa: E402
 from studio.engine.vae_chunks import vae_decode_chunks  # noqa: E402
-from studio.engine.vae_decode import conv_weights_channels_last, vae_conv_flags  # noqa: E402
+from studio.engine.vae_decode import vae_conv_flags  # noqa: E402
 
 TIERS = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}
 VARIANTS = ("module", "fused-eager", "fused", "fused-kernel", "diffusers")
@@ -92,13 +93,7 @@ def profile(decode: Any) -> dict[str, Any]:
 
 
 def difference(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    d = (a.int() - b.int()).abs().float()
-    mse = float((d**2).mean())
-    return {
-        "mean_levels": round(float(d.mean()), 4),
-        "max_levels": int(d.max()),
-        "psnr_db": round(10 * torch.log10(torch.tensor(255.0**2 / mse)).item(), 2) if mse > 0 else float("inf"),
-    }
+    return fidelity(a.cpu().numpy(), b.cpu().numpy())
 
 
 def main() -> int:
@@ -113,19 +108,11 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--profile-tier", default="480p", help="'' for no kernel profile")
     args = parser.parse_args()
-    from diffusers import AutoencoderKLWan
-
     device = args.device
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    torch.manual_seed(0)
     if args.smoke:
-        vae = AutoencoderKLWan.from_pretrained(ROOT / "assets" / "tiny-wan" / "vae")
         args.tiers, args.repeats, args.batch_256p, args.profile_tier = "256p", 1, 2, ""
-    else:
-        vae = AutoencoderKLWan()  # diffusers' defaults are Wan 2.1's VAE
-    vae = vae.to(device, dtype).eval()
-    if device == "cuda":
-        conv_weights_channels_last(vae, True)  # the layout the engine picks on an H200 at these sizes
+    vae = benchmark_vae(device, args.smoke)
+    dtype = vae.dtype
     walks = {
         "fused-eager": vae_fused.FusedWanDecoder(vae.decoder, compiled=False),
         "fused": vae_fused.FusedWanDecoder(vae.decoder, compiled=device == "cuda"),
