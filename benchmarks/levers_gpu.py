@@ -49,6 +49,8 @@ from benchmarks.engine_gpu import (  # noqa: E402
     submit_and_wait,
 )
 from benchmarks.step_cache_gpu import POLICIES, engine_call, fidelity, plain_call  # noqa: E402
+from benchmarks.wide_rows_gpu import ROW_LIMIT  # noqa: E402
+from benchmarks.wide_rows_gpu import use as use_row_limit  # noqa: E402
 from studio.engine.generation_types import ModelLoadError  # noqa: E402
 from studio.engine.generator import VideoGenerator  # noqa: E402
 from studio.engine.gpu import fp8  # noqa: E402
@@ -60,7 +62,8 @@ from studio.engine.metrics import EngineMetrics  # noqa: E402
 class Variant:
     """One way of running the engine's transformer: its quantization, the block layers fp8 takes, the
     feed-forward's GELU in the cast's Triton kernel (and that kernel's chunk: 0, one pass over each row in
-    registers), fast accumulation in the fp8 products, and the attention backend."""
+    registers), fast accumulation in the fp8 products, the attention backend, and the widest rows the compiler
+    reduces in registers (benchmarks/wide_rows_gpu.py; 0: inductor's own choice, what the engine serves)."""
 
     quantization: str = "none"
     layers: tuple[str, ...] = ()
@@ -68,6 +71,7 @@ class Variant:
     gelu_chunk: int = fp8.GELU_CHUNK
     fast_accum: bool = False
     attention: str = "auto"
+    row_limit: int = 0
 
 
 FP8_LAYERS = ("attention", "ffn")
@@ -87,6 +91,9 @@ QUANTIZATIONS = {
     # PYTHONPATH as benchmarks/sage_attention_gpu.py leaves it in /tmp/sage-package)
     "sage": Variant(attention="sage"),
     "fp8-sage": replace(SERVED_FP8, attention="sage"),  # `--quantization fp8 --attention-backend sage`
+    # each norm's rows reduced in registers by the compiled blocks (benchmarks/wide_rows_gpu.py)
+    "bf16-wide-rows": Variant(row_limit=ROW_LIMIT),
+    "fp8-wide-rows": replace(SERVED_FP8, row_limit=ROW_LIMIT),
 }
 
 
@@ -170,6 +177,9 @@ def main() -> int:
     references: dict[tuple[str, int], np.ndarray] = {}  # (tier, seed) -> the exact bf16 engine's frames
     for quantization in quantizations:
         variant = QUANTIZATIONS[quantization]
+        # Each variant compiles afresh: compiled blocks are shared by every module of the same structure, so a
+        # variant that changes only how the compiler writes its kernels would otherwise run the last one's.
+        torch.compiler.reset()
         target = pipe if quantization == "bf16" else fresh_pipeline(pipe, weights, args.smoke, args.device)
         generator = VideoGenerator(
             "wan2.1-t2v-1.3b-random",
@@ -181,6 +191,9 @@ def main() -> int:
             generator.gpu.fp8_layers = variant.layers
             generator.gpu.fp8_gelu_kernel = variant.gelu_kernel
             generator.gpu.fp8_fast_accum = variant.fast_accum
+        # The blocks compile on the generator's device thread, with the heuristics set there (reset for each
+        # variant: an older torch keeps the setting for the whole process).
+        generator.on_device_thread(use_row_limit, variant.row_limit)
         # Read by the GELU kernel's launches as the warm-up captures them: this variant's, until the next one's.
         fp8.GELU_CHUNK = variant.gelu_chunk
         try:
@@ -203,6 +216,7 @@ def main() -> int:
         report.setdefault("graphs_in_force", {})[quantization] = bool(
             generator.gpu.graphs and generator.gpu.graphs.enabled
         )
+
         print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
         for tier in tiers:
             row = report["latency"][tier]
