@@ -216,7 +216,6 @@ def main() -> int:
         report.setdefault("graphs_in_force", {})[quantization] = bool(
             generator.gpu.graphs and generator.gpu.graphs.enabled
         )
-
         print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
         for tier in tiers:
             row = report["latency"][tier]
