@@ -433,6 +433,42 @@ class SharingSettings(BaseModel):
         le=MAX_QUEUED_REQUESTS,
         description="requests one run may have (prompts x copies), for every visitor and operator alike",
     )
+    visitor_guardrails: Literal["forced", "optional"] = Field(
+        title="Per visitor: guardrails",
+        default="forced",
+        description="forced: every visitor's request is checked by the guardrail, whatever it asks; optional: a "
+        "visitor may switch it off (operators always may)",
+    )
+    visitor_max_calls_in_flight: int = Field(
+        title="Per visitor: page calls at once",
+        default=8,
+        ge=1,
+        le=MAX_IN_FLIGHT_SLOTS,
+        description="calls of the page or its API one visitor may have in flight at once (waits included); more "
+        "are refused at once, so that no visitor holds the page's workers others need",
+    )
+    visitor_max_uploads_per_hour: int = Field(
+        title="Per visitor: uploads per hour",
+        default=30,
+        ge=1,
+        le=MAX_QUEUED_REQUESTS,
+        description="files one visitor may upload in an hour",
+    )
+    visitor_max_upload_mb_per_hour: int = Field(
+        title="Per visitor: upload MB per hour",
+        default=200,
+        ge=1,
+        le=MAX_QUEUED_REQUESTS,
+        description="megabytes one visitor may upload in an hour",
+    )
+    new_guests_per_address_per_hour: int = Field(
+        title="New guests per address per hour",
+        default=10,
+        ge=1,
+        le=MAX_QUEUED_REQUESTS,
+        description="new guest identities (browsers without the studio's cookie) one client address may start in an "
+        "hour; guests of one address share their quota and their turn",
+    )
     cancel_unsent_on_close: bool = Field(
         title="Cancel a visitor's unsent requests when their page closes",
         default=True,
@@ -498,6 +534,19 @@ class AccessSettings(BaseModel):
         default=False,
         description="let visitors who have not signed in generate, each browser its own visitor (never an operator)",
     )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        title="Trusted proxies",
+        default_factory=list,
+        description="addresses of the reverse proxies whose X-Forwarded-For the studio believes (comma-separated; "
+        "'*' trusts every peer, as behind a Space's proxy); default: none, the peer's own address counts",
+        json_schema_extra=_flags("--forwarded-allow-ips"),
+    )
+    allow_private_image_urls: bool = Field(
+        title="Allow private image URLs",
+        default=False,
+        description="let image URLs name loopback, private, link-local or reserved addresses (servers on the "
+        "studio's own network fetch them); default: refused",
+    )
     insecure: bool = Field(
         title="Insecure (everyone an operator)",
         default=False,
@@ -529,7 +578,7 @@ class StudioSettings(
         env_prefix="OMNI_STUDIO_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )
 
-    @field_validator("remote_urls", "auth", "operators", mode="before")
+    @field_validator("remote_urls", "auth", "operators", "forwarded_allow_ips", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:
         # Env gives a string; accept "a,b" besides JSON.
