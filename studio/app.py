@@ -21,6 +21,7 @@ if __package__ in (None, ""):
 from studio.backend.controller import StudioController
 from studio.config import StudioSettings
 from studio.hosting import HostedStudio, hosted_settings
+from studio.startup import private_files
 from studio.ui.page import build_page, enable_queue
 
 
@@ -35,6 +36,9 @@ def announce(hosted: HostedStudio) -> None:
     for note in hosted.notes:
         print(f"Omni Studio: {note}", flush=True)
 
+
+# Served or imported, this module makes the studio: its outputs are 0600 in 0700 folders, the engine's files too.
+private_files()
 
 if __name__ == "__main__":
     from studio.cli import exit_on_sigterm

@@ -537,15 +537,16 @@ class AccessSettings(BaseModel):
     forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
         title="Trusted proxies",
         default_factory=list,
-        description="addresses of the reverse proxies whose X-Forwarded-For the studio believes (comma-separated; "
-        "'*' trusts every peer, as behind a Space's proxy); default: none, the peer's own address counts",
+        description="addresses or networks of the reverse proxies whose X-Forwarded-For the studio believes "
+        "(comma-separated, e.g. 127.0.0.1 behind a proxy on this machine; a Space's own networks are set on a Space); "
+        "default: none, the peer's own address counts",
         json_schema_extra=_flags("--forwarded-allow-ips"),
     )
     allow_private_image_urls: bool = Field(
         title="Allow private image URLs",
         default=False,
-        description="let image URLs name loopback, private, link-local or reserved addresses (servers on the "
-        "studio's own network fetch them); default: refused",
+        description="let visitors' image URLs name loopback, private, link-local or reserved addresses (servers on "
+        "the studio's own network fetch them); default: refused (operators' URLs are not checked)",
     )
     insecure: bool = Field(
         title="Insecure (everyone an operator)",

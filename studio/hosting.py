@@ -25,6 +25,12 @@ from studio.config import StudioSettings
 SPACE_STORAGE_SUBDIR = "omni-studio"
 SPACE_HOST_DEFAULT = "0.0.0.0"
 SPACE_PORT_DEFAULT = 7860
+# Who may say where a request came from on a Space: every visitor reaches the app through the Space's proxy, whose
+# address is one of the Space platform's own network (a private one), never the visitor's; the proxy adds the
+# visitor's address to X-Forwarded-For. Trusting the private networks (not '*') makes uvicorn take the right-most
+# address that is not one of them, the one the proxy saw: an entry a visitor wrote into the header itself stays to
+# its left and is never believed, while '*' would believe the left-most, the visitor's own words.
+SPACE_PROXY_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "::1", "fc00::/7")
 
 
 class SpaceEnvironment(BaseSettings):
@@ -166,6 +172,8 @@ def hosted_settings(
         changes["host"] = environment.server_name or SPACE_HOST_DEFAULT
     if "port" not in given:
         changes["port"] = environment.server_port or SPACE_PORT_DEFAULT
+    if "forwarded_allow_ips" not in given:
+        changes["forwarded_allow_ips"] = list(SPACE_PROXY_NETWORKS)
 
     persistent, outputs, where = _storage(settings, environment, given)
     if outputs is not None:
@@ -182,6 +190,10 @@ def hosted_settings(
     shared = SharingLimits(**{name: getattr(hosted, name) for name in names})
     notes.append(f"{'CPU' if on_cpu else 'GPU or remote'} sharing: {shared.describe()} (OMNI_STUDIO_* change them)")
     notes.append(_sign_in_note(hosted))
+    proxies = ", ".join(hosted.forwarded_allow_ips) or "none"
+    notes.append(
+        f"client addresses from X-Forwarded-For of the Space's proxy ({proxies}; OMNI_STUDIO_FORWARDED_ALLOW_IPS)"
+    )
     return HostedStudio(hosted, on_space=True, persistent=persistent, notes=tuple(notes))
 
 

@@ -7,6 +7,10 @@ A guest is known by what tells their browser from others (the studio's HttpOnly 
 sends it acts as that guest. The visitor id, which the history keeps, is therefore a keyed hash of it (HMAC-SHA256),
 never the mark itself; the key lives in the outputs folder (`.secrets/guest-key`, its owner's alone, served by no
 route), so a restart on the same folder knows each guest again.
+
+A cookie is free to drop, so a guest's limits bind its client address instead: guests of one address are one party
+(Visitor.party), which shares the videos per hour, the queue and the fair-share turn, while each guest still sees
+only its own work. The party names the address by a keyed hash of it too: no raw address is kept.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ GUEST_ID_HEX = 32  # 128 bits of the HMAC: ids that never collide by chance, sho
 def guest_id(key: bytes, browser: str) -> str:
     """The hex digest that names the guest of `browser` (the cookie, or the page session without one)."""
     return hmac.new(key, browser.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:GUEST_ID_HEX]
+
+
+def guest_party(key: bytes, address: str) -> str:
+    """The party whose limits the guests of client `address` share: a keyed hash, never the address itself (and
+    never equal to a guest id: the hash is of another message)."""
+    digest = hmac.new(key, b"client-address\x00" + address.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return f"address:{digest.hexdigest()[:GUEST_ID_HEX]}"
 
 
 def _parse_key(text: str, path: Path) -> bytes:
@@ -139,6 +150,8 @@ class AccessPolicy:
     # What turns a browser's mark into its guest id; from_settings reads the outputs folder's. The default, a key
     # of this process alone, keeps the mark out of ids even so. Never shown (repr) nor compared.
     guest_key: bytes = field(default_factory=lambda: secrets.token_bytes(GUEST_KEY_BYTES), repr=False, compare=False)
+    # New guest identities one client address may start in an hour (GuestArrivals), as the settings had it.
+    new_guests_per_address_per_hour: int = 10
 
     @classmethod
     def from_settings(cls, settings: StudioSettings, environ: Mapping[str, str] = os.environ) -> AccessPolicy:
@@ -166,6 +179,7 @@ class AccessPolicy:
             hf_sign_in=hf and not accounts,
             allow_anonymous=settings.allow_anonymous,
             everyone_operator=not accounts and not on_space(environ) and not settings.allow_anonymous,
+            new_guests_per_address_per_hour=settings.new_guests_per_address_per_hour,
             **keyed,
         )
 
@@ -173,9 +187,13 @@ class AccessPolicy:
     def signs_in(self) -> bool:
         return bool(self.accounts) or self.hf_sign_in
 
-    def visitor(self, user: str | None = None, hf_user: str | None = None, browser: str = "") -> Visitor | None:
+    def visitor(
+        self, user: str | None = None, hf_user: str | None = None, browser: str = "", address: str = ""
+    ) -> Visitor | None:
         """The visitor asking: `user` is the account signed in to the page, `hf_user` the Hugging Face user
-        signed in on a Space, `browser` what tells one browser from another. None: they must sign in first."""
+        signed in on a Space, `browser` what tells one browser from another, `address` the client address (a
+        trusted one: client_address.py); guests of one address share their limits. None: they must sign in
+        first."""
         if self.accounts:
             # The page's login lets no one in without an account; a missing name is a caller that got past it.
             return Visitor(id=f"user:{user}", name=user, operator=user in self.operators) if user else None
@@ -186,7 +204,8 @@ class AccessPolicy:
         if self.allow_anonymous and browser:
             # The mark lets whoever holds it act as this guest: the id (kept in the history) holds a hash of it.
             digest = guest_id(self.guest_key, browser)
-            return Visitor(id=f"guest:{digest}", name=f"guest {digest[:6]}")
+            party = guest_party(self.guest_key, address or "unknown")
+            return Visitor(id=f"guest:{digest}", name=f"guest {digest[:6]}", party=party)
         return None
 
     def sign_in_message(self) -> str:

@@ -27,6 +27,7 @@ from studio.backend.clients.vllm_omni import load_sdk
 from studio.backend.engine_kinds import EngineKind, RunDefaults, engine_kind
 from studio.backend.runs.board import RequestBoard
 from studio.backend.runs.fair_share import SLOTS_PER_SERVER, FairShare, Standing, VisitorLimitExceeded
+from studio.backend.runs.party_usage import party_made_since, party_unsent
 from studio.backend.runs.recovery import leftovers_to_follow
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.run import Run
@@ -320,6 +321,9 @@ class StudioController:
         RuntimeError: "no space left on the outputs folder (...)") where history has no room for it; a run refused
         leaves nothing in history or on the board."""
         spec = spec.resolved(self.kind, self.settings)  # as checked_spec has it; the defaults once for every caller
+        if not visitor.operator and self.settings.visitor_guardrails == "forced":
+            # Here, where every run of the page, the API and a re-run passes: a visitor's guardrail stays on.
+            spec = spec.with_guardrails_on()
         self.check_run_size(spec)
         pool = self.fleet.pool
         if pool is None or not self.ready():
@@ -343,18 +347,24 @@ class StudioController:
         return run
 
     def _check_limits(self, visitor: Visitor, requests: int) -> None:
-        queued, limit = len(self.board.unsent(visitor)), self.settings.visitor_max_queued
+        """The limits bind the visitor's party (Visitor.party): an account's own, the guests of one address
+        together (what each guest made counts from history, its address's from this studio's runs)."""
+        queued = max(len(self.board.unsent(visitor)), party_unsent(self.board, visitor.party))
+        limit = self.settings.visitor_max_queued
+        shared = ", shared by the guests of one address" if visitor.party != visitor.id else ""
         if queued + requests > limit:
             raise VisitorLimitExceeded(
-                f"at most {limit} queued requests per visitor; you have {queued} queued and asked for {requests} more"
+                f"at most {limit} queued requests per visitor{shared}; you have {queued} queued and asked for "
+                f"{requests} more"
             )
         hourly = self.settings.visitor_max_videos_per_hour
         if hourly is not None:
-            made = self.store.requests_since(visitor.id, time.time() - HOUR_S)
+            since = time.time() - HOUR_S
+            made = max(self.store.requests_since(visitor.id, since), party_made_since(self.board, visitor.party, since))
             if made + requests > hourly:
                 raise VisitorLimitExceeded(
-                    f"at most {hourly} videos per hour per visitor; you have asked for {made} in the last hour "
-                    f"and {requests} more now"
+                    f"at most {hourly} videos per hour per visitor{shared}; you have asked for {made} in the last "
+                    f"hour and {requests} more now"
                 )
 
     def cancel_unsent(self, visitor: Visitor) -> int:
@@ -378,8 +388,8 @@ class StudioController:
         """Where the visitor's work stands: theirs queued and at a server, others' ahead of it, and an ETA."""
         queued = len(self.board.unsent(visitor))
         in_flight = self.dispatcher.in_flight_by_visitor()
-        mine_in_flight = in_flight.pop(visitor.id, 0)
-        ahead = in_flight + self.dispatcher.served_before(visitor.id, queued)
+        mine_in_flight = in_flight.pop(visitor.party, 0)  # the dispatcher counts by party (fair_share.py)
+        ahead = in_flight + self.dispatcher.served_before(visitor.party, queued)
         ahead = +ahead  # visitors with nothing ahead drop out
         recent = self.board.recent_inference_s()
         eta_s = None

@@ -17,6 +17,7 @@ from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, c
 from studio.backend.bench.variants import VariantError, server_flags
 from studio.backend.controller import RunTooLarge, StudioController
 from studio.backend.engine_kinds import MANAGED_ENGINES, engine_kind
+from studio.backend.guest_arrivals import GuestArrivals
 from studio.backend.runs.board import RequestBoard
 from studio.backend.runs.fair_share import SLOTS_PER_SERVER, Standing
 from studio.backend.runs.problems import describe, field_bounds, frames_note, problems
@@ -64,6 +65,7 @@ __all__ = [
     "BenchConfig",
     "BenchConfigError",
     "CapacityPlan",
+    "GuestArrivals",
     "InFlightClock",
     "LatencyParts",
     "LatencySummary",

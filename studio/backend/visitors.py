@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -11,6 +11,15 @@ class Visitor:
     id: str
     name: str
     operator: bool = False  # sees and cancels everyone's work, and is not held to per-visitor limits
+    # Whose limits bind this visitor (videos per hour, queued requests, the fair-share turn): an account's and an
+    # operator's are their own (the id, where left empty); guests of one client address share theirs (a keyed hash
+    # of the address), so that a guest who drops its cookie is a new visitor with the same quota and turn. Not part
+    # of who the visitor is: one guest seen from two addresses is one visitor, and sees the same work.
+    party: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.party:
+            object.__setattr__(self, "party", self.id)
 
 
 # The one person at the keyboard: the CLI's user, and the owner of history written before visitors existed.

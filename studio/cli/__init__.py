@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from studio.cli.exits import EXIT_USAGE, fail
 from studio.settings_flags import validation_text
+from studio.startup import private_files
 
 
 class Subcommands(Protocol):
@@ -53,6 +54,7 @@ def exit_on_sigterm() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     exit_on_sigterm()
+    private_files()  # before anything is written: the outputs are 0600 in 0700 folders, the engine's files too
     try:
         code = _commands()[args.command].run(args)
         sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit

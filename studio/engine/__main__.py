@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from studio.config import EngineSettings
 from studio.settings_flags import add_model_flags, model_values, validation_text
-from studio.startup import collector_paused
+from studio.startup import collector_paused, private_files
 
 DESCRIPTION = "The embedded engine: the vLLM-Omni video API over a diffusers pipeline."
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -32,6 +32,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
 
 
 def run_engine(settings: EngineSettings) -> int:
+    private_files()  # its videos and logs are its callers' work: 0600 (a studio's engine inherits this already)
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -4,6 +4,7 @@ a request's encode overlaps its decode instead of following it."""
 from __future__ import annotations
 
 import queue
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,15 +29,17 @@ class StreamedEncode:
         self.backlog_at_finish = 0  # pieces not yet written when the last one came: the encoder lagging behind
         self.close_seconds: dict[str, float] = {}
 
-    def push(self, frames: np.ndarray) -> None:
-        """The next uint8 frames (t, H, W, 3) of the video."""
+    def push(self, frames: np.ndarray | Iterable[np.ndarray]) -> None:
+        """The next uint8 frames (t, H, W, 3) of the video (or pieces of them, in order)."""
         self._start()
         self.pieces_pushed += 1
         self._pieces.put(frames)
 
-    def finish(self, frames: np.ndarray) -> Future[VideoInfo | None]:
-        """No more frames: the future gives what the finished file holds. `frames` is the whole video; it is
-        encoded from there when no piece was pushed (a pipeline that does not hand frames over)."""
+    def finish(self, frames: np.ndarray | Iterable[np.ndarray]) -> Future[VideoInfo | None]:
+        """No more frames: the future gives what the finished file holds. `frames` is the whole video, as one
+        array or as pieces in order; it is encoded from there when no piece was pushed (a pipeline that does not
+        hand frames over). Pieces are taken one at a time on the encoder's thread, as it writes them (a lazy
+        iterator: the video is made, resized, a few frames at a time, never whole)."""
         if self.pieces_pushed == 0:
             self.push(frames)
         self.backlog_at_finish = self._pieces.qsize()
@@ -68,11 +71,30 @@ class StreamedEncode:
                     if writer is not None:
                         writer.abort()
                     return None
-                if writer is None:
-                    height, width = piece.shape[1], piece.shape[2]
-                    writer = Mp4Writer(self.path, self.fps, width=width, height=height, threads=self.threads)
-                writer.write(piece)
+                for frames in [piece] if isinstance(piece, np.ndarray) else piece:
+                    if writer is None:
+                        height, width = frames.shape[1], frames.shape[2]
+                        writer = Mp4Writer(self.path, self.fps, width=width, height=height, threads=self.threads)
+                    writer.write(frames)
         except BaseException:
             if writer is not None:
                 writer.abort()
             raise
+
+
+def encode_pieces(pieces: Iterable[np.ndarray], fps: int, path: Path, threads: int = 0) -> VideoInfo:
+    """An mp4 (as `studio.media.encode_mp4` writes it) from uint8 frames (t, H, W, 3) given a few at a time, in
+    order: only the piece being written is in memory, not the video."""
+    writer: Mp4Writer | None = None
+    try:
+        for frames in pieces:
+            if writer is None:
+                writer = Mp4Writer(path, fps, width=frames.shape[2], height=frames.shape[1], threads=threads)
+            writer.write(frames)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is None:
+        raise ValueError("no frames to encode")
+    return writer.close()

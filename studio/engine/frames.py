@@ -9,6 +9,9 @@ import numpy as np
 import torch
 
 from studio.engine.generation_types import GenerationOutput, GenerationParams
+from studio.engine.resize import resize_frames
+
+__all__ = ["finished_output", "resize_frames", "to_uint8_frames", "to_uint8_tensor", "to_uint8_video"]
 
 
 def to_uint8_tensor(video: torch.Tensor) -> torch.Tensor:
@@ -40,12 +43,6 @@ def to_uint8_frames(frames: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def resize_frames(frames: np.ndarray, width: int, height: int) -> np.ndarray:
-    tensor = torch.from_numpy(frames).permute(0, 3, 1, 2).float()
-    resized = torch.nn.functional.interpolate(tensor, size=(height, width), mode="bilinear", antialias=True)
-    return resized.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
-
-
 def unpatchify_video(x: torch.Tensor, patch_size: int) -> torch.Tensor:
     from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
 
@@ -61,14 +58,14 @@ def finished_output(
     decode_s: float,
     batch_size: int = 1,
 ) -> GenerationOutput:
-    """One generation's output, its frames at the requested size."""
-    # A pipeline may make its own native size (the project's small model does); resize whatever came out.
+    """One generation's output at the requested size. A pipeline may make its own native size (the project's small
+    model does): its frames are kept as made and resized a few at a time as they are read (`GenerationOutput.chunks`),
+    so the clip at the requested size never needs to be in memory whole."""
     native_w, native_h = frames.shape[2], frames.shape[1]
-    if (native_w, native_h) != (params.width, params.height):
-        frames = resize_frames(frames, params.width, params.height)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     return GenerationOutput(
-        frames=frames,
+        made=frames,
+        size=(params.width, params.height),
         native_size=(native_w, native_h),
         inference_time_s=inference_s,
         stage_durations={"denoise": denoise_s, "decode": decode_s},

@@ -3,12 +3,13 @@ errors that end one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from studio.engine.resize import RESIZE_CHUNK, resize_frames, resized_chunks
 from studio.engine.step_cache import StepCachePolicy
 
 if TYPE_CHECKING:
@@ -44,12 +45,31 @@ class GenerationParams:
 
 @dataclass
 class GenerationOutput:
-    frames: np.ndarray  # uint8 (T, H, W, 3) at the requested size
+    made: np.ndarray  # uint8 (T, h, w, 3) as the model made them: at `native_size`, resized only as they are read
+    size: tuple[int, int]  # (width, height) asked for
     native_size: tuple[int, int]  # (width, height) the model made before any resize
     inference_time_s: float
     stage_durations: dict[str, float]
     peak_memory_mb: float | None
     batch_size: int = 1
+
+    @property
+    def resized(self) -> bool:
+        """Whether the frames were made at another size than the one asked for (and are resized as they are read)."""
+        return (self.made.shape[2], self.made.shape[1]) != self.size
+
+    def chunks(self, frames_per_chunk: int = RESIZE_CHUNK) -> Iterator[np.ndarray]:
+        """The video's uint8 frames at the requested size, a few at a time in order: what the encoder reads, so
+        that a long clip at a large size is never in memory whole."""
+        if not self.resized:
+            yield self.made
+            return
+        yield from resized_chunks(self.made, *self.size, frames_per_chunk)
+
+    @property
+    def frames(self) -> np.ndarray:
+        """All of the video's uint8 frames (T, H, W, 3) at the requested size, made whole on each read."""
+        return resize_frames(self.made, *self.size) if self.resized else self.made
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from studio.engine.encoding import StreamedEncode
+from studio.engine.encoding import StreamedEncode, encode_pieces
 from studio.engine.events import JobWatch
 from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
@@ -462,7 +462,9 @@ class JobManager:
             elif streams is not None:
                 decoded = time.perf_counter()
                 stream = streams[index]
-                stream.finish(result.frames).add_done_callback(
+                # Pieces handed over already (the engine's own loop) need nothing more; else the encoder takes
+                # the video a few frames at a time, resized as it goes, never the whole clip at the requested size.
+                stream.finish(result.frames if stream.pieces_pushed else result.chunks()).add_done_callback(
                     lambda encoded: self._complete_streamed(job, result, started, decoded, encoded, stream)
                 )
             else:
@@ -521,7 +523,10 @@ class JobManager:
         try:
             encode_started = time.perf_counter()
             path = self.output_dir / f"{job.id}.mp4"
-            info = encode_mp4(output.frames, job.fps, path, threads=self.generator.threads)
+            if output.resized:  # made at the model's own size: resized a few frames at a time as they are encoded
+                info = encode_pieces(output.chunks(), job.fps, path, threads=self.generator.threads)
+            else:
+                info = encode_mp4(output.frames, job.fps, path, threads=self.generator.threads)
         except Exception as exc:
             log.exception("job %s failed", job.id)
             self._fail(job, exc)

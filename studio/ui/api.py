@@ -2,14 +2,15 @@
 
 - `/submit_run`: queue a run (the Generate form's fields); answers the run's record.
 - `/run_status`: a run's record now.
-- `/wait_run`: the run's record once it has finished (or when `timeout_s` passes: `finished` says which).
+- `/wait_run`: the run's record once it has finished, or after at most MAX_WAIT_S (a long-poll: while `finished` is
+  false, ask again).
 - `/preview`: the latest preview of a request being made (its step and the image as a data URL), where its server
   sends previews (the embedded engine).
 
 A run's record: its id, whether it has finished, how many requests are in each state, and each request with its
-state, progress, seed, error, and its video's path on the studio's machine and URL (the studio's file route, for
-the session of the caller, whose cookies it takes). A caller sees only its own runs (operators: everyone's), as on the page; a refusal is a
-plain-text error (gr.Error), the same words the page shows.
+state, progress, seed, error, and its video's URL (the studio's file route, for the session of the caller, whose
+cookies it takes; operators also get the video's path on the studio's machine). A caller sees only its own runs
+(operators: everyone's), as on the page; a refusal is a plain-text error (gr.Error), the same words the page shows.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
 
 WAIT_POLL_S = 0.25
-MAX_WAIT_S = 3600.0
+# A wait holds one of the page's workers (Gradio runs at most 40 events at once, for every visitor): it answers
+# within this, under the 30 s after which many proxies drop a quiet request, and the caller asks again.
+MAX_WAIT_S = 25.0
 
 
-def run_record(run: Run, links: FileLinks, request: gr.Request | None) -> dict[str, Any]:
-    """A run as a program reads it."""
+def run_record(run: Run, links: FileLinks, request: gr.Request | None, operator: bool | None = None) -> dict[str, Any]:
+    """A run as a program reads it. A video's path on the studio's machine is for operators (`operator`; None: the
+    run's owner's role, as only operators see an operator's run); anyone else has its URL."""
     counts = Counter(str(view.state) for view in run.views)
+    paths = run.visitor.operator if operator is None else operator
     return {
         "run_id": run.id,
         "finished": run.finished,
@@ -48,7 +53,7 @@ def run_record(run: Run, links: FileLinks, request: gr.Request | None) -> dict[s
                 "preview_step": view.preview.step if view.preview is not None else None,
                 "seed": view.request.seed,
                 "error": view.error,
-                "video_path": str(view.video_path) if view.video_path else None,
+                **({"video_path": str(view.video_path) if view.video_path else None} if paths else {}),
                 "video_url": links.url(view.video_path, request) if view.video_path else None,
                 "sidecar_url": links.url(view.sidecar_path, request) if view.sidecar_path else None,
             }
@@ -108,7 +113,7 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
         submitted = await handlers.submit_run(controller, form, visitor)
         if submitted.run is None:
             raise gr.Error(f"cannot generate: {submitted.refusal}", print_exception=False)
-        record = run_record(submitted.run, links, request)
+        record = run_record(submitted.run, links, request, operator=visitor.operator)
         return {**record, "note": submitted.note}
 
     @gr.api(api_name="run_status", concurrency_limit=None)
@@ -119,7 +124,7 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
     ) -> dict[str, Any]:
         """A run's record now."""
         visitor = access.require(request, profile)
-        return run_record(_visible_run(controller, run_id, visitor), links, request)
+        return run_record(_visible_run(controller, run_id, visitor), links, request, operator=visitor.operator)
 
     @gr.api(api_name="preview", concurrency_limit=None)
     def preview(
@@ -151,7 +156,9 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
         request: gr.Request = None,  # type: ignore[assignment]
         profile: gr.OAuthProfile | None = None,
     ) -> dict[str, Any]:
-        """The run's record once it has finished, or when `timeout_s` (at most an hour) has passed."""
+        """The run's record once it has finished, or when `timeout_s` has passed: a long-poll of at most 25 s
+        (MAX_WAIT_S), whatever `timeout_s` asks. While `finished` is false, the run goes on: call again (or read
+        /run_status now and then). A wait counts among the caller's calls in flight while it waits."""
         visitor = access.require(request, profile)
         run = _visible_run(controller, run_id, visitor)
         try:
@@ -160,4 +167,4 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
                     await asyncio.sleep(WAIT_POLL_S)
         except TimeoutError:
             pass  # the record says it has not finished
-        return run_record(run, links, request)
+        return run_record(run, links, request, operator=visitor.operator)

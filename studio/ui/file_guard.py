@@ -12,7 +12,10 @@ Every other request whose path names a studio file or the outputs folder, in any
 reaches Gradio, so a route added to Gradio later cannot serve one either.
 
 A file request carries the browser's cookies but not the page's session, so the page records which visitor each
-browser is (VisitorBook, by the cookie set here on a browser's first request).
+browser is (VisitorBook, by the cookie set here on a browser's first request). That record holds only while the
+sign-in it was made under does: a file goes to an account's browser only while the request still carries that
+account's live sign-in (Gradio's access token, or the Hugging Face session on a Space), so that nothing is served
+after signing out, nor to another account that signs in on the same browser before its first event.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import mimetypes
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -46,6 +50,37 @@ OPERATOR_FILE = re.compile(r"^bench/[0-9_]+/[A-Za-z0-9_.-]+\.(png|json|csv)$")
 # A studio file's name anywhere in a path: no route but the studio's own may answer for it.
 STUDIO_NAME = re.compile(rf"{REQUEST_ID}|{RUN_ID}")
 DOWNLOADED = {".json", ".csv"}  # given as attachments: never rendered by the browser as a page
+
+
+def signed_in_as(scope: Scope) -> str | None:
+    """The visitor id of the sign-in this request carries, as Gradio resolves it (routes.py get_current_user: the
+    `access-token-<cookie id>` cookie, or its `-unsecure-` twin, looked up in the app's live tokens, which sign-out
+    removes), or a Hugging Face session's user; None where it carries none that is live."""
+    app = scope.get("app")
+    tokens = getattr(app, "tokens", None)
+    cookie_id = getattr(app, "cookie_id", None)
+    if isinstance(tokens, dict) and cookie_id:
+        cookies = HTTPConnection(scope).cookies
+        token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
+        user = tokens.get(token) if token else None
+        if user:
+            return f"user:{user}"
+    session = scope.get("session")  # a Space's sign-in with Hugging Face
+    info = session.get("oauth_info") if isinstance(session, dict) else None
+    if isinstance(info, dict):
+        expires_at = info.get("expires_at")
+        name = (info.get("userinfo") or {}).get("preferred_username")
+        if name and not (isinstance(expires_at, int | float) and expires_at < time.time()):
+            return f"hf:{name}"
+    return None
+
+
+def still_signed_in(scope: Scope, visitor: Visitor) -> bool:
+    """Whether `visitor`, as the page last knew the browser, is still who this request is signed in as. Guests and
+    the operator of a studio without sign-in are known by the browser alone: nothing to check."""
+    if not visitor.id.startswith(("user:", "hf:")):
+        return True
+    return signed_in_as(scope) == visitor.id
 
 
 class VisitorBook:
@@ -150,7 +185,10 @@ class StudioFileGuard:
     async def serve(self, scope: Scope, receive: Receive, send: Send, browser: str | None) -> None:
         raw = scope.get("raw_path") or scope.get("path", "").encode()
         relative = raw.decode("latin-1").split("?", 1)[0].removeprefix(FILES_ROUTE)
-        verdict = self.files.verdict(relative, self.book.get(browser))
+        visitor = self.book.get(browser)
+        if visitor is not None and not still_signed_in(scope, visitor):
+            visitor = None  # signed out, or someone else signed in since: "sign in to the studio's page first"
+        verdict = self.files.verdict(relative, visitor)
         if scope.get("method") not in ("GET", "HEAD"):
             verdict = FileVerdict(status=405, reason="the studio's files are read with GET")
         if verdict.path is None:

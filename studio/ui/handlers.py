@@ -5,7 +5,6 @@ modules) and no server logic (studio.backend)."""
 from __future__ import annotations
 
 import asyncio
-import csv
 import hashlib
 import io
 import json
@@ -41,6 +40,7 @@ from studio.backend.face import (
 )
 from studio.backend.face import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
 from studio.config import StudioSettings
+from studio.csv_cells import write_csv_rows
 from studio.tiers import TierError
 from studio.ui import tables
 from studio.ui.markdown import markdown_text
@@ -275,6 +275,12 @@ async def submit_run(
     refusal = spec.image_refusal(controller.settings.engine)
     if refusal is not None:
         return Submitted(None, refusal)
+    # A visitor's image URL that points inside the servers' network is refused before anything is sent (it
+    # resolves the host: off the event loop). Operators choose the servers and what they reach: theirs pass.
+    private_ok = visitor.operator or controller.settings.allow_private_image_urls
+    refusal = await asyncio.to_thread(spec.image_url_refusal, private_ok)
+    if refusal is not None:
+        return Submitted(None, f"{field_label('image_url')} {refusal}")
     if controller.starting:
         await controller.wait_until_ready()
     try:
@@ -282,8 +288,10 @@ async def submit_run(
     except (RuntimeError, ValueError) as exc:  # a ValidationError is a ValueError; a limit a RuntimeError
         return Submitted(None, describe_error(exc))
     run.start()
-    # Said, never done silently: frames rounded to what the model makes; prompts the small model cannot draw.
-    notes = [note for note in (frames_note(spec.frames, spec.tier), *controller.prompt_hints(spec.prompts)) if note]
+    # Said, never done silently: frames rounded to what the model makes; prompts the small model cannot draw; the
+    # guardrail kept on where a visitor asked it off.
+    said = (frames_note(spec.frames, spec.tier), *controller.prompt_hints(spec.prompts), spec.guardrails_note(run.spec))
+    notes = [note for note in said if note]
     return Submitted(run, note="; ".join(notes) or None)
 
 
@@ -351,7 +359,7 @@ async def cancel_request(board: RequestBoard, shown: str, by: Visitor = LOCAL_OP
     request_id = full_request_id(board, shown, None if by.operator else by)
     found = board.find(request_id) if request_id else None
     if found is None or not board.cancel(request_id, by=by):
-        yield f"no request in flight with id {markdown_text((shown or '').strip())!r}"
+        yield f"no request in flight with id {markdown_text(repr((shown or '').strip()))}"
         return
     view = found[1]
     yield f"cancelling {markdown_text(tables.short(request_id))} ..."
@@ -366,7 +374,7 @@ def move_request(board: RequestBoard, shown: str, later: bool, by: Visitor = LOC
         return "select a request in the table first (or type its id), then move it"
     request_id = full_request_id(board, shown, None if by.operator else by)
     if request_id is None:
-        return f"no request with id {markdown_text((shown or '').strip())!r}"
+        return f"no request with id {markdown_text(repr((shown or '').strip()))}"
     refusal = board.move(request_id, later, by=by)
     short = markdown_text(tables.short(request_id))
     if refusal is not None:
@@ -426,23 +434,33 @@ def _run_spec_record(controller: StudioController, run_id: str, scope: Visitor |
     return next((r["spec"] for r in runs if r["id"] == run_id), None)
 
 
+# What a request's export holds for operators only: which server made it, and where its video lies on the studio's
+# machine (a visitor has the video through the page, its URL).
+OPERATOR_EXPORT_FIELDS = ("endpoint", "video_path")
+
+
 def export_run(controller: StudioController, run_id: str, kind: str, scope: Visitor | None = None) -> Path:
-    """Write a run's requests (if `scope` may see it) as JSON or CSV under outputs/exports and return the file."""
+    """Write a run's requests (if `scope` may see it) as JSON or CSV under outputs/exports and return the file.
+    `scope` None (an operator's): every field; a visitor's leaves out OPERATOR_EXPORT_FIELDS."""
     rows = run_requests_flat(controller, run_id, scope)
     if not rows:
         raise ValueError(f"no run {run_id!r} in history")
+    spec = _run_spec_record(controller, run_id, scope) or {}
+    fields = REQUEST_EXPORT_FIELDS
+    if scope is not None and not scope.operator:
+        fields = [name for name in REQUEST_EXPORT_FIELDS if name not in OPERATOR_EXPORT_FIELDS]
+        rows = [{name: row[name] for name in fields} for row in rows]
+        if spec.get("input_reference"):  # the kept copy of the visitor's image, by its name only
+            spec = {**spec, "input_reference": Path(spec["input_reference"]).name}
     folder = controller.store.root / "exports"
     folder.mkdir(parents=True, exist_ok=True)
     safe_id = "".join(ch for ch in run_id if ch.isalnum() or ch in "_-")
     path = folder / f"{safe_id}.{kind}"
     if kind == "json":
-        spec = _run_spec_record(controller, run_id, scope) or {}
         path.write_text(json.dumps({"run_id": run_id, "spec": spec, "requests": rows}, indent=2))
     else:
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=REQUEST_EXPORT_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+        write_csv_rows(buffer, fields, rows)  # a prompt such as =HYPERLINK(...) is text, not a formula
         path.write_text(buffer.getvalue())
     return path
 

@@ -8,11 +8,14 @@ endpoint) is held to the same rules as the page's buttons.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 import gradio as gr
 
-from studio.backend.face import LOCAL_OPERATOR, AccessPolicy, Visitor
+from studio.backend.face import LOCAL_OPERATOR, AccessPolicy, GuestArrivals, Visitor
+from studio.ui.client_address import request_address
 from studio.ui.file_guard import BROWSER_COOKIE, VisitorBook
+from studio.ui.markdown import markdown_text
 
 EVERYONE, MINE = "everyone", "mine"
 
@@ -31,25 +34,45 @@ def browser_of(request: gr.Request | None) -> str:
 
 
 class PageAccess:
-    def __init__(self, policy: AccessPolicy, book: VisitorBook | None = None) -> None:
+    def __init__(
+        self,
+        policy: AccessPolicy,
+        book: VisitorBook | None = None,
+        new_guests_per_hour: Callable[[], int] | None = None,
+    ) -> None:
+        """`new_guests_per_hour`: the live setting (an operator may change it while the studio serves); by default
+        the policy's, as the settings had it."""
         self.policy = policy
         self.book = book or VisitorBook()
+        self.arrivals = GuestArrivals(new_guests_per_hour or (lambda: policy.new_guests_per_address_per_hour))
 
-    def visitor(self, request: gr.Request | None, profile: gr.OAuthProfile | None = None) -> Visitor | None:
+    def _resolve(
+        self, request: gr.Request | None, profile: gr.OAuthProfile | None
+    ) -> tuple[Visitor | None, tuple[str, str]]:
+        """The visitor asking, or None and what they are told: to sign in, or that their address has started too
+        many new guests (then nothing of this guest is recorded)."""
         user = getattr(request, "username", None) if request is not None else None
         hf_user = getattr(profile, "username", None) if profile is not None else None
         browser = browser_of(request)
-        visitor = self.policy.visitor(user=user, hf_user=hf_user, browser=browser)
+        address = request_address(request)
+        visitor = self.policy.visitor(user=user, hf_user=hf_user, browser=browser, address=address)
+        if visitor is None:
+            return None, ("Sign in", self.policy.sign_in_message())
+        if not self.arrivals.admit(visitor):
+            return None, ("Too many new guests", self.arrivals.refusal())
         cookies = (getattr(request, "cookies", None) or {}) if request is not None else {}
-        if visitor is not None and cookies.get(BROWSER_COOKIE):
+        if cookies.get(BROWSER_COOKIE):
             self.book.note(cookies[BROWSER_COOKIE], visitor)  # the file guard reads it
-        return visitor
+        return visitor, ("", "")
+
+    def visitor(self, request: gr.Request | None, profile: gr.OAuthProfile | None = None) -> Visitor | None:
+        return self._resolve(request, profile)[0]
 
     def require(self, request: gr.Request | None, profile: gr.OAuthProfile | None = None) -> Visitor:
         """The visitor asking; anyone not signed in is told how to, and nothing happens."""
-        visitor = self.visitor(request, profile)
+        visitor, (title, refusal) = self._resolve(request, profile)
         if visitor is None:
-            raise gr.Error(self.policy.sign_in_message(), title="Sign in", print_exception=False)
+            raise gr.Error(refusal, title=title, print_exception=False)
         return visitor
 
     def require_operator(
@@ -72,4 +95,4 @@ class PageAccess:
         if visitor == LOCAL_OPERATOR:
             return "You are this studio's **operator** (it has no sign-in)"
         role = "operator" if visitor.operator else "visitor"
-        return f"Signed in as **{html.escape(visitor.name)}** · {role}"
+        return f"Signed in as **{markdown_text(visitor.name)}** · {role}"

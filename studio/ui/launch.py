@@ -12,7 +12,9 @@ from starlette.middleware import Middleware
 
 from studio.backend.face import MAX_UPLOAD_BYTES, AccessError, AccessPolicy, StudioController, on_space, port_is_free
 from studio.config import StudioSettings
+from studio.ui.client_address import trust_forwarded_from
 from studio.ui.file_guard import StudioFileGuard
+from studio.ui.same_origin import SameOriginSignIn
 from studio.ui.sign_in_limit import SignInLimit
 
 if TYPE_CHECKING:
@@ -50,9 +52,18 @@ def access_policy(settings: StudioSettings) -> AccessPolicy:
 def launch_options(controller: StudioController, access: PageAccess) -> dict[str, Any]:
     """What `launch()` needs beyond host and port: the page's accounts, the studio's own file route, and Gradio
     kept from the outputs folder, its uploads bounded and its traffic figures off."""
+    from studio.ui.crowd_guards import crowd_guards
+    from studio.ui.upload_limit import UploadLedger, upload_caps, upload_limit
+
+    # Bodies bounded before anything reads them (outermost); each page session its maker's, each visitor's calls
+    # in flight capped (innermost, where the caller is known).
+    crowd = crowd_guards(controller, access)
+
     guard = Middleware(
         StudioFileGuard, outputs_root=controller.store.root, owner_of=controller.store.owner_of, book=access.book
     )
+    # Each visitor's uploads per hour, capped before they are stored (the settings read live); unused ones swept.
+    uploads = UploadLedger(lambda: upload_caps(controller.settings))
     return {
         "auth": list(access.policy.accounts) or None,
         "auth_message": "Omni Studio: sign in with the account the studio's operator gave you.",
@@ -62,8 +73,19 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
         "max_file_size": MAX_UPLOAD_BYTES,
         # Gradio's monitoring shows every visitor's calls and timings to anyone: off.
         "enable_monitoring": False,
-        # Repeated failed sign-ins slow down, per account and per address.
-        "app_kwargs": {"middleware": [guard, Middleware(SignInLimit)]},
+        # Signing in and out from another site is refused; repeated failed sign-ins slow down, per account and
+        # address and per address.
+        "app_kwargs": {
+            "middleware": [
+                crowd.bodies,
+                guard,
+                upload_limit(uploads, access),
+                Middleware(SameOriginSignIn),
+                Middleware(SignInLimit),
+                *crowd.calls,
+            ],
+            "lifespan": uploads.sweeping,
+        },
     }
 
 
@@ -73,6 +95,8 @@ def serve_page(controller: StudioController, access: PageAccess) -> gr.Blocks:
 
     settings = controller.settings
     demo = enable_queue(build_page(controller, access))
+    # uvicorn believes X-Forwarded-For from exactly the proxies the operator names (by default from none).
+    trust_forwarded_from(settings.forwarded_allow_ips)
     demo.launch(
         server_name=settings.host,
         server_port=settings.port,
@@ -108,7 +132,7 @@ def launch_ui(settings: StudioSettings) -> int:
 
     controller = StudioController(settings)
     controller.start_in_background()
-    access = PageAccess(policy)
+    access = PageAccess(policy, new_guests_per_hour=lambda: controller.settings.new_guests_per_address_per_hour)
     gradio_said = io.StringIO()
     try:
         # Gradio's own lines speak of launch() arguments; the studio says the same in its flags' words, below.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, get_args
+from typing import Any, Literal, get_args, get_origin
 
 import gradio as gr
 import pandas as pd
@@ -32,7 +32,7 @@ from studio.config import EngineMode, ServerLevers, SharingSettings, StudioSetti
 from studio.doctor import collect_report
 from studio.ui import handlers
 from studio.ui.identity import PageAccess
-from studio.ui.markdown import markdown_text
+from studio.ui.markdown import markdown_code, markdown_text
 
 REFRESH_S = 2.0
 LOG_LINES = 200
@@ -73,6 +73,11 @@ def _is_bool(name: str) -> bool:
 def _literal_choices(name: str) -> list[str]:
     """The values a setting declared as a Literal takes (empty for any other setting)."""
     return [str(value) for value in get_args(StudioSettings.model_fields[name].annotation)]
+
+
+def _is_choice(name: str) -> bool:
+    """A setting declared as a Literal: one of a few words."""
+    return get_origin(StudioSettings.model_fields[name].annotation) is Literal
 
 
 def _elem_id(name: str) -> str:
@@ -302,7 +307,7 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
     form: dict[str, gr.Component] = {}
     names = list(SharingSettings.model_fields)
     with gr.Row():
-        for name in (name for name in names if not _is_bool(name)):
+        for name in (name for name in names if not _is_bool(name) and not _is_choice(name)):
             zero = ZERO_IS_NONE.get(name)
             form[name] = gr.Number(
                 value=getattr(settings, name) or 0,
@@ -311,6 +316,14 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
                 info=described(name),
                 elem_id="sharing-" + name.replace("_", "-"),
             )
+    for name in (name for name in names if _is_choice(name)):  # a choice, such as the visitors' guardrails
+        form[name] = gr.Radio(
+            _literal_choices(name),
+            value=getattr(settings, name),
+            label=titled(name),
+            info=described(name),
+            elem_id="sharing-" + name.replace("_", "-"),
+        )
     for name in (name for name in names if _is_bool(name)):
         form[name] = gr.Checkbox(
             value=getattr(settings, name),
@@ -320,7 +333,7 @@ def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
             if name == "cancel_unsent_on_close"
             else "sharing-" + name.replace("_", "-"),
         )
-    return form
+    return {name: form[name] for name in names}  # in SharingSettings' order, whatever the layout's
 
 
 def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
@@ -368,9 +381,7 @@ def server_state_markdown(controller: StudioController) -> str:
     else:
         elapsed = f" for {status.starting_for_s:.0f} s" if status.starting_for_s else ""
         code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
-        text = (
-            f"**{status.state}**{elapsed}{code} · {markdown_text(status.message)} · `{markdown_text(status.command)}`"
-        )
+        text = f"**{status.state}**{elapsed}{code} · {markdown_text(status.message)} · {markdown_code(status.command)}"
         if status.state is ServerState.CRASHED and not controller.settings.auto_restart:
             text += "\n\n**The server crashed.** Press Restart to start it again, or turn on auto-restart."
     if controller.fleet.auto_restart_note:

@@ -2,14 +2,18 @@
 
 Gradio answers a wrong password at once, as often as it is asked. This middleware stands in front of it: it reads
 the form's user name (the body is kept and handed on whole), lets the attempt through, and learns from the answer
-whether it failed (Gradio: 400 "Incorrect credentials.", 200 on success). Failures are counted per account and per
-client address (the first X-Forwarded-For entry where there is one: a Space sits behind a proxy). After
-`max_failures` of an account within `window_s` (or `address_max_failures` of an address, which may be many people
-behind one NAT), further attempts for it are answered 429 with a Retry-After, without reaching Gradio, for a lock
-that starts at `first_lock_s` and doubles with each failure after a lock (up to `max_lock_s`) until the account has
-been quiet for a window. A success clears its account's failures (not its address's: an account of one's own must
-not wipe the record of guesses at others'). Attempts in flight count against the limit, so many sent at once get
-no more guesses than one after another.
+whether it failed (Gradio: 400 "Incorrect credentials.", 200 on success). Failures are counted per account from
+each client address, and per client address over all accounts. The address is the one uvicorn leaves in the
+request's scope (client_address.py): the peer's own, or what a proxy the operator trusts says; never a header a
+client writes. After `max_failures` for an account from one address within `window_s` (or `address_max_failures`
+from an address, which may be many people behind one NAT), further attempts from that address are answered 429 with
+a Retry-After, without reaching Gradio, for a lock that starts at `first_lock_s` and doubles with each failure after
+a lock (up to `max_lock_s`) until it has been quiet for a window. The lock binds the address that guessed, not the
+account everywhere: whoever guesses at an account cannot lock its owner out (an account-wide lock would let one
+request every 15 minutes keep the operator out), and each address still gets only a few guesses. A success clears
+the failures of its account from its address (not its address's: an account of one's own must not wipe the record
+of guesses at others'). Attempts in flight count against the limit, so many sent at once get no more guesses than
+one after another.
 
 Each failure and each lock-out is logged (logger "studio.sign_in") with the account and the address, never the
 password. Memory is bounded: quiet entries are forgotten, and past `max_entries` the least recently used unlocked
@@ -29,6 +33,8 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from studio.ui.client_address import client_address
 
 log = logging.getLogger("studio.sign_in")
 
@@ -67,7 +73,7 @@ class SignInLedger:
         whose: str  # "account" or "address"
 
         def detail(self) -> str:
-            which = "for this account" if self.whose == "account" else "from this address"
+            which = "for this account from this address" if self.whose == "account" else "from this address"
             return f"too many failed sign-ins {which}; try again in {self.retry_after_s} s"
 
     def __init__(
@@ -88,7 +94,9 @@ class SignInLedger:
         self.max_entries = max_entries
         self.clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        # ("account", name, address): an account's failures from one address; ("address", "", address): all of an
+        # address's failures.
+        self._entries: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
 
     # ---- the entries ---------------------------------------------------------------------------------------
     def _quiet(self, entry: _Entry, now: float) -> bool:
@@ -96,7 +104,7 @@ class SignInLedger:
         recent = bool(entry.failures) and entry.failures[-1] > now - self.window_s
         return not entry.pending and not recent and now >= entry.locked_until + self.window_s
 
-    def _entry(self, key: tuple[str, str], now: float) -> _Entry:
+    def _entry(self, key: tuple[str, str, str], now: float) -> _Entry:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry()
@@ -129,10 +137,10 @@ class SignInLedger:
         with self._lock:
             return len(self._entries)
 
-    def _keys(self, ticket: _Ticket) -> list[tuple[str, str]]:
-        keys = [("address", ticket.address)]
+    def _keys(self, ticket: _Ticket) -> list[tuple[str, str, str]]:
+        keys = [("address", "", ticket.address)]
         if ticket.account is not None:
-            keys.insert(0, ("account", ticket.account))
+            keys.insert(0, ("account", ticket.account, ticket.address))
         return keys
 
     # ---- an attempt ----------------------------------------------------------------------------------------
@@ -144,8 +152,9 @@ class SignInLedger:
             now = self.clock()
             refusals = []
             entries = []
-            for whose, name in self._keys(ticket):
-                entry = self._entry((whose, name), now)
+            for key in self._keys(ticket):
+                whose = key[0]
+                entry = self._entry(key, now)
                 entries.append(entry)
                 if entry.locked_until > now:
                     refusals.append(self.Refusal(math.ceil(entry.locked_until - now), whose))
@@ -168,14 +177,15 @@ class SignInLedger:
         said = []
         with self._lock:
             now = self.clock()
-            for whose, name in self._keys(ticket):
-                entry = self._entry((whose, name), now)
+            for key in self._keys(ticket):
+                whose = key[0]
+                entry = self._entry(key, now)
                 entry.pending = max(0, entry.pending - 1)
                 if failed is None:
                     continue
                 if not failed:
                     if whose == "account":
-                        del self._entries[(whose, name)]
+                        del self._entries[key]
                     continue
                 entry.failures.append(now)
                 if entry.strikes or len(entry.failures) >= self.limits[whose]:
@@ -190,24 +200,13 @@ class SignInLedger:
         minutes = f"{self.window_s / 60:g} min"
         if whose == "account":
             return (
-                f"sign-ins for account {printable(ticket.account or '')!r} locked out for {lock_s:g} s after "
-                f"{failures} failed in {minutes}, the last from {ticket.address}"
+                f"sign-ins for account {printable(ticket.account or '')!r} from {ticket.address} locked out for "
+                f"{lock_s:g} s after {failures} failed in {minutes} (from other addresses it still signs in)"
             )
         return (
             f"sign-ins from address {ticket.address} locked out for {lock_s:g} s after {failures} failed in "
             f"{minutes}, the last for account {printable(ticket.account or '')!r}"
         )
-
-
-def client_address(scope: Scope) -> str:
-    """The first X-Forwarded-For entry where there is one (behind a Space's proxy, the visitor), else the peer."""
-    for name, value in scope.get("headers") or ():
-        if name.lower() == b"x-forwarded-for":
-            first = value.decode("latin-1").split(",")[0].strip()
-            if first:
-                return printable(first, 64)
-    client = scope.get("client")
-    return printable(str(client[0]), 64) if client else "unknown"
 
 
 def is_login(scope: Scope) -> bool:

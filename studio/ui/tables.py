@@ -23,7 +23,7 @@ from studio.backend.face import (
     Visitor,
     latency_parts,
 )
-from studio.ui.markdown import markdown_text
+from studio.ui.markdown import markdown_code, markdown_text
 
 REQUEST_ROWS = 300
 STATE_LABELS = {
@@ -234,7 +234,7 @@ def details_markdown(view: RequestView) -> str:
         f"waiting in the studio {seconds(parts.studio_wait_s)} · queue at least {seconds(parts.queue_s)} · "
         f"inference at most {seconds(parts.inference_s)} · download {seconds(parts.download_s)} "
         f"(at the server's side, from sending: {seconds(parts.server_latency_s)}) · "
-        f"seed {view.request.seed} · job `{markdown_text(view.job_id or '')}`\n\n```json\n{params}\n```"
+        f"seed {view.request.seed} · job {markdown_code(view.job_id) if view.job_id else '–'}\n\n```json\n{params}\n```"
     )
 
 

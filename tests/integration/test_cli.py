@@ -206,7 +206,7 @@ def test_engine_help_and_bad_flags_answer_without_torch(code):
 
 
 def test_engine_command_takes_the_engine_flags():
-    """`omni-studio engine` and `python -m studio.engine` take the same flags (the README's line among them)."""
+    """`omni-studio engine` and `python -m studio.engine` take the same flags (docs/cli.md's line among them)."""
     from studio.cli import build_parser
     from studio.engine.__main__ import build_parser as engine_parser
     from studio.engine.__main__ import engine_settings

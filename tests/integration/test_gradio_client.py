@@ -135,7 +135,15 @@ def test_a_program_gets_structured_runs_through_the_api(tmp_path):
         )
         assert queued["run_id"].startswith("run_") and len(queued["requests"]) == 2
         assert queued["note"] == "frames 10 rounded up to 13: the model makes 4k+1 frames"
-        done = client.predict(run_id=queued["run_id"], timeout_s=240, api_name="/wait_run")
+        # /wait_run is a long-poll: it answers within its cap, `finished` false meaning "ask again".
+        done = wait_for(
+            lambda: (
+                (record := client.predict(run_id=queued["run_id"], timeout_s=240, api_name="/wait_run"))["finished"]
+                and record
+            ),
+            "the run to finish",
+            240,
+        )
         assert done["finished"] and done["states"] == {"done": 2}
         for item in done["requests"]:
             assert Path(item["video_path"]).is_file() and item["video_url"].startswith(studio.url)

@@ -1,5 +1,6 @@
-"""The README's `omni-studio` command lines, run as written: each one that needs no GPU and no remote server runs
-here (on loopback, from a folder laid out like the repository's root); the others are parsed."""
+"""The documented `omni-studio` command lines (the README's walk-through and the docs pages), run as written: each
+one that needs no GPU and no remote server runs here (on loopback, from a folder laid out like the repository's
+root); the others are parsed. The command table and each command's section in docs/cli.md name only real flags."""
 
 from __future__ import annotations
 
@@ -21,30 +22,41 @@ from studio.config import PROJECT_ROOT
 pytestmark = pytest.mark.integration
 
 README = PROJECT_ROOT / "README.md"
+COMMANDS_PAGE = PROJECT_ROOT / "docs" / "cli.md"
+# Where command lines are documented: the README's walk-through, then every docs page (in ```bash blocks).
+DOCUMENTS = [README, *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 PROGRAM = ".venv/bin/omni-studio"
 NEEDS_A_GPU_OR_A_SERVER = ("--engine vllm-omni", "--engine remote", "--gpus", "--tp")
 # Commands that serve until stopped: where they answer once ready, and the env that sets their port.
 SERVING = {"ui": ("/", "OMNI_STUDIO_PORT"), "engine": ("/health", "OMNI_STUDIO_ENGINE_PORT")}
 
 
-def readme_command_lines() -> list[str]:
+def command_lines_of(document: Path) -> list[str]:
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL):
+    for block in re.findall(r"```bash\n(.*?)```", document.read_text(encoding="utf-8"), flags=re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip().startswith(PROGRAM):
                 lines.append(" ".join(line.split()))
     return lines
 
 
-def readme_table_rows() -> dict[str, str]:
-    """The command table: command name -> the rest of its row."""
+def documented_command_lines() -> list[str]:
+    """Every documented command line, once (the README's walk-through repeats lines of docs/cli.md)."""
+    return list(dict.fromkeys(line for document in DOCUMENTS for line in command_lines_of(document)))
+
+
+def command_table_rows() -> dict[str, str]:
+    """The command table and each command's own section: command name -> the rest of its row, and its section."""
+    text = COMMANDS_PAGE.read_text(encoding="utf-8")
     rows = {}
-    for match in re.finditer(r"^\| `omni-studio (\w+)[^`]*` \|(.*)\|$", README.read_text(encoding="utf-8"), re.M):
+    for match in re.finditer(r"^\| `omni-studio (\w+)[^`]*` \|(.*)\|$", text, re.M):
         rows[match.group(1)] = match.group(2)
+    for match in re.finditer(r"^## `omni-studio (\w+)`\n(.*?)(?=^## |\Z)", text, re.M | re.S):
+        rows[match.group(1)] = rows.get(match.group(1), "") + " " + match.group(2)
     return rows
 
 
-LINES = readme_command_lines()
+LINES = documented_command_lines()
 RUNNABLE = [line for line in LINES if not any(marker in line for marker in NEEDS_A_GPU_OR_A_SERVER)]
 
 
@@ -65,6 +77,10 @@ def _flags_of(command: str) -> set[str]:
 def test_the_readme_has_runnable_command_lines():
     assert len(LINES) >= 6
     assert {shlex.split(line)[1] for line in RUNNABLE} >= {"ui", "generate", "bench", "engine", "doctor"}
+    # The README's walk-through: a first video, several at once, the bench, a vLLM-Omni server.
+    walk_through = command_lines_of(README)
+    assert {shlex.split(line)[1] for line in walk_through} >= {"ui", "generate", "bench"}
+    assert any("--engine vllm-omni" in line for line in walk_through)
 
 
 @pytest.mark.parametrize("line", LINES, ids=lambda line: shlex.split(line)[1])
@@ -80,7 +96,7 @@ QUOTED_SERVE_ARGS = r'`\w+ = "([^"`]*--[^"`]*)"`'
 
 
 def test_every_flag_of_the_command_table_exists():
-    rows = readme_table_rows()
+    rows = command_table_rows()
     assert set(rows) == {"ui", "generate", "bench", "plan", "engine", "doctor"}
     for name, row in rows.items():
         serve_args = set(re.findall(FLAG, " ".join(re.findall(QUOTED_SERVE_ARGS, row))))

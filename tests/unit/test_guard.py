@@ -38,6 +38,16 @@ def test_default_blocklist_loads_and_ignores_comments():
         "bomb\u2010making",  # Unicode hyphen in a hyphenated term
         "self\u2011harm",  # non-breaking hyphen
         "terrorist\u00a0attack",  # no-break space
+        # Look-alikes that Unicode's confusables (UTS #39) name and a short table of our own did not
+        "\u13c0\u13be\u13a1\u13ac",  # Cherokee ᏀᎾᎡᎬ
+        "g\u1d11re",  # Latin small letter sideways o
+        "gor\u04bd",  # Cyrillic small letter Abkhasian che
+        "\u0392\u039f\u039c\u0392-\u039c\u0391\u039a\u0399\u039dG",  # Greek capitals: ΒΟΜΒ-ΜΑΚΙΝG
+        "NAZ\u0399",  # Greek capital iota, read as i whatever its case
+        "bo\U00011700b-making",  # Ahom ka, drawn like rn (and m like rn too)
+        "gor\u212e",  # the estimated symbol, drawn like e
+        "gore\u2223",  # a symbol drawn like l after the word still ends it
+        "g0re",  # a digit zero, drawn like o
     ],
 )
 def test_look_alike_and_invisible_characters_do_not_get_around_the_blocklist(prompt):
@@ -60,6 +70,9 @@ def test_look_alike_and_invisible_characters_do_not_get_around_the_blocklist(pro
         "καλημέρα κόσμε",
         "日本の夏祭り",
         "a zero\u200bwidth space between two harmless words",
+        "a corn field in the year 2000",
+        "\u13a3\u13cd\u13d7",  # Cherokee ᎣᏍᏗ ("good")
+        "a sideways \u1d11 and \u212e on a sign",
     ],
 )
 def test_ordinary_text_in_any_script_is_still_allowed(prompt):
@@ -71,3 +84,9 @@ def test_terms_written_with_look_alikes_match_plain_prompts():
     guard = TextGuard(["g\u043ere", "\uff4e\uff41\uff5a\uff49"])
     assert not guard.check("gore").allowed and not guard.check("NAZI").allowed
     assert guard.check("a gorgeous nazirite").allowed
+
+
+def test_the_term_named_is_the_term_as_listed():
+    guard = TextGuard(["bomb-making", "self-harm"])
+    assert guard.check("\u0392omb-making").term == "bomb-making"  # matched on its skeleton, named as written
+    assert guard.check("SELF-HAR\u039c").term == "self-harm"

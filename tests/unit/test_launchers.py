@@ -151,3 +151,27 @@ def test_risky_extra_args_pass_only_when_confirmed(caplog):
     assert "extra serve args set --host (confirmed by the user)" in caplog.text
     with pytest.raises(LaunchError, match="--allow-risky-serve-args"):
         parse_extra_args("--allowed-local-media-path=/")
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        ("--hos 0.0.0.0", "--host"),  # argparse takes a unique prefix
+        ("--ho=0.0.0.0", "--host"),
+        ("--h 0.0.0.0", "--host"),  # ambiguous (--help too): refused rather than guessed
+        ("--allowed_local_media_path /", "--allowed-local-media-path"),  # vLLM reads _ as -
+        ("--allowed-local-media /", "--allowed-local-media-path"),
+        ("--allowed_local_media=/", "--allowed-local-media-path"),
+        ("--allowed-local-media-path.x /", "--allowed-local-media-path"),  # vLLM's --a.b: a key of --a
+        ("--enforce-eager --config serve.yaml", "--config"),  # a file that may set any of them
+        ("--conf=serve.yaml", "--config"),
+    ],
+)
+def test_every_spelling_of_a_risky_flag_is_refused(extra, flag):
+    with pytest.raises(LaunchError, match=f"set {flag}\\b.*which widens"):
+        parse_extra_args(extra)
+
+
+def test_ordinary_flags_still_pass():
+    extra = "--enforce-eager --max_model_len=4096 --served-model-name hoster --config-format auto --port 9 -- --x"
+    assert parse_extra_args(extra) == extra.split()

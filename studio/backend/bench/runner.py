@@ -15,7 +15,6 @@ set beside the run that verified it (`verify`: plan.check_plan).
 from __future__ import annotations
 
 import asyncio
-import csv
 import dataclasses
 import json
 import platform
@@ -59,6 +58,7 @@ from studio.backend.servers.metrics import scrape
 from studio.backend.servers.supervisor import ServerStartError
 from studio.backend.servers.warmup import wait_until_warm
 from studio.config import StudioSettings
+from studio.csv_cells import write_csv_rows
 
 PARETO_PLOT = "pareto.png"
 
@@ -310,9 +310,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         return
     names = list(dict.fromkeys(key for row in rows for key in row))
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=names)
-        writer.writeheader()
-        writer.writerows(rows)
+        write_csv_rows(handle, names, rows)  # a prompt such as =HYPERLINK(...) is text, not a formula
 
 
 def write_plots(out: Path, cells: list[CellResult]) -> list[Path]:

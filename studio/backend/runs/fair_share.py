@@ -6,6 +6,9 @@ free slot goes to the visitor served least recently that has work queued (round 
 visitor's 200 queued requests do not make another's single request wait behind them all. With `fair=False` slots
 go first come first served instead (the baseline the fair-share benchmark compares against).
 
+Queues, turns and the per-visitor cap are kept by party (Visitor.party): an account's own, while guests of one
+client address are one party, so that a person with many guest identities gets one turn, not one per identity.
+
 Thread-safe: runs on different event loops may share one dispatcher; a waiter is woken on its own loop.
 """
 
@@ -48,7 +51,7 @@ class FairShare:
         self.fair = fair
         self._queues: dict[str, deque[_Waiter]] = {}
         self._in_flight: Counter[str] = Counter()
-        self._last_served: dict[str, int] = {}  # visitor id -> the grant that last served them
+        self._last_served: dict[str, int] = {}  # party -> the grant that last served them
         self._grants = itertools.count()
         self._arrivals = itertools.count()
         self._lock = threading.Lock()
@@ -68,8 +71,8 @@ class FairShare:
             return Counter({vid: len(queue) for vid, queue in self._queues.items() if queue})
 
     def served_before(self, visitor_id: str, count: int) -> Counter[str]:
-        """Other visitors' queued requests that get a slot before the `count`-th request `visitor_id` queues now,
-        by visitor (the dispatch order as it stands; later arrivals aside)."""
+        """Other parties' queued requests that get a slot before the `count`-th request the party `visitor_id`
+        (a Visitor.party) queues now, by party (the dispatch order as it stands; later arrivals aside)."""
         with self._lock:
             others = {vid: queue for vid, queue in self._queues.items() if queue and vid != visitor_id}
             if not self.fair:
@@ -108,30 +111,30 @@ class FairShare:
     async def _acquire(self, visitor: Visitor) -> None:
         waiter = _Waiter(visitor, next(self._arrivals), asyncio.get_running_loop().create_future())
         with self._lock:
-            self._queues.setdefault(visitor.id, deque()).append(waiter)
+            self._queues.setdefault(visitor.party, deque()).append(waiter)
             self._grant_locked()
         try:
             await waiter.future
         except asyncio.CancelledError:
             with self._lock:
                 if waiter.granted:  # granted as it was cancelled: the slot goes to the next one
-                    self._in_flight[visitor.id] -= 1
+                    self._in_flight[visitor.party] -= 1
                 else:
-                    queue = self._queues[visitor.id]
+                    queue = self._queues[visitor.party]
                     queue.remove(waiter)
                     if not queue:
-                        del self._queues[visitor.id]
+                        del self._queues[visitor.party]
                 self._grant_locked()
             raise
 
     def _release(self, visitor: Visitor) -> None:
         with self._lock:
-            self._in_flight[visitor.id] -= 1
+            self._in_flight[visitor.party] -= 1
             self._grant_locked()
 
     def _may_send(self, visitor: Visitor) -> bool:
         limit = self.max_in_flight_per_visitor
-        return visitor.operator or limit is None or self._in_flight[visitor.id] < limit
+        return visitor.operator or limit is None or self._in_flight[visitor.party] < limit
 
     def _turn_key(self, visitor_id: str) -> tuple[int, int]:
         """Lowest goes first: the visitor served least recently (never: first), then the earliest waiting."""

@@ -15,6 +15,7 @@ from typing import Any
 from studio.backend.clients.vllm_omni import JobOutcome
 from studio.backend.runs.request_state import RequestView
 from studio.backend.runs.store import OutputStore
+from studio.backend.visitors import LOCAL_OPERATOR
 from studio.media import VideoError, VideoInfo, probe_mp4
 
 
@@ -65,7 +66,12 @@ class RunRecorder:
         return None
 
     def _sidecar(self, view: RequestView, outcome: JobOutcome, info: VideoInfo) -> dict[str, Any]:
-        return {
+        """The sidecar, which the studio's file route serves to the video's owner. The server's address and what a
+        server adds to the job record beyond the contract's fields (the Cosmos Framework's args, its messages) are
+        for operators: only the sidecar of the one person at the keyboard (the CLI's, a studio without sign-in)
+        holds them; a visitor's leaves them out (the history keeps the address)."""
+        job = outcome.record.model_dump(mode="json")
+        sidecar = {
             "request_id": view.id,
             "run_id": self.run_id,
             "job_id": outcome.record.id,
@@ -73,6 +79,11 @@ class RunRecorder:
             "parameters": view.request.parameters(),
             "seed": view.request.seed,
             "timings": view.timings.as_dict(),
-            "job": outcome.record.model_dump(mode="json"),
+            "job": job,
             "video": asdict(info),
         }
+        if view.visitor_id != LOCAL_OPERATOR.id:
+            del sidecar["endpoint"]
+            for key in outcome.record.model_extra or {}:
+                job.pop(key, None)
+        return sidecar

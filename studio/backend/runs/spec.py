@@ -20,6 +20,8 @@ from studio import tiers
 from studio.backend.engine_kinds import NO_UPLOAD as NO_UPLOAD
 from studio.backend.engine_kinds import TEXT_TO_VIDEO_ONLY as TEXT_TO_VIDEO_ONLY
 from studio.backend.engine_kinds import EngineKind, ImageInputs, engine_kind
+from studio.backend.runs import image_urls
+from studio.backend.runs.image_urls import Resolver
 from studio.protocol import (
     DEFAULT_FPS,
     MAX_PROMPT_CHARS,
@@ -51,6 +53,12 @@ UPLOAD_FORMATS = ("BMP", "JPEG", "PNG", "WEBP")  # Pillow's names of the formats
 # Every engine that takes a URL fetches http(s) ones (vLLM-Omni also data:, the Cosmos Framework server also s3 and
 # its own paths): the studio sends only what all of them fetch.
 IMAGE_URL_SCHEMES = ("http", "https")
+
+# Said to a visitor who asked the guardrail off where the studio's policy keeps it on (visitor_guardrails = forced).
+GUARDRAILS_KEPT_ON = (
+    "guardrails kept on: in this studio every visitor's request is checked by the guardrail (an operator may let "
+    "visitors switch it off: --visitor-guardrails optional)"
+)
 
 
 def image_inputs(engine: StudioSettings | EngineKind | str) -> ImageInputs:
@@ -194,6 +202,9 @@ class RunSpec(BaseModel):
                 "must be an http:// or https:// address the server can fetch, got {url}",
                 {"url": repr(url[:80])},
             )
+        problem = image_urls.shape_problem(url)  # credentials, no host, a port that is none: no lookup needed
+        if problem is not None:
+            raise PydanticCustomError("image_url", "{problem}", {"problem": problem})
         return url
 
     @model_validator(mode="after")
@@ -201,6 +212,36 @@ class RunSpec(BaseModel):
         if self.input_reference is not None and self.image_url is not None:
             raise PydanticCustomError("image", "give the image as an upload or as a URL, not both")
         return self
+
+    # ---- the guardrail policy (the setting visitor_guardrails) ----
+    @property
+    def asks_guardrails_off(self) -> bool:
+        """The run asks its servers not to check it: guardrails off, or an extra_params key that says so."""
+        return not self.guardrails or self.extra_params.get("guardrails", True) is not True
+
+    def with_guardrails_on(self) -> RunSpec:
+        """This run with every request checked by the guardrail (a visitor's, where the policy is forced): whatever
+        it asked, as the field or as an extra_params key, the servers are not told to skip it."""
+        if not self.asks_guardrails_off:
+            return self
+        extra = {key: value for key, value in self.extra_params.items() if key != "guardrails"}
+        return self.model_copy(update={"guardrails": True, "extra_params": extra})
+
+    def guardrails_note(self, ran: RunSpec) -> str | None:
+        """What the caller is told where this run asked the guardrail off and `ran` (the run as queued) has it on;
+        None otherwise."""
+        return GUARDRAILS_KEPT_ON if self.asks_guardrails_off and not ran.asks_guardrails_off else None
+
+    # ---- the image URL ----
+    def image_url_refusal(self, allow_private: bool, resolve: Resolver | None = None) -> str | None:
+        """Why the servers may not fetch this run's image URL (None: they may, or there is none), in the field's
+        words: a URL with credentials, or one whose host is or resolves to an address inside a network (loopback,
+        private, link-local, ...; `allow_private`: those are allowed). Resolves the host: call it off the event
+        loop (asyncio.to_thread). `resolve`: the resolver (tests give their own). See image_urls for what the check
+        can promise and what it cannot (the server resolves the host again when it fetches)."""
+        if self.image_url is None:
+            return None
+        return image_urls.image_url_refusal(self.image_url, allow_private, resolve)
 
     def too_many_requests(self, most: int) -> str | None:
         """Why the run is over the cap of `most` requests (max_run_requests, operators' runs too); None within it.

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.backend.visitors import LOCAL_OPERATOR
+from studio.startup import private_folder
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -82,6 +83,9 @@ class OutputStore:
         self.root = Path(root)
         self.videos_dir = self.root / "videos"
         self.logs_dir = self.root / "logs"
+        # The folder is its owner's alone (0700), so nothing in it reaches others on the machine, whatever rights a
+        # file came with; the studio's start makes what it writes 0600 besides (studio.startup.private_files).
+        private_folder(self.root)
         self.videos_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()

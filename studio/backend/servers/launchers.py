@@ -25,8 +25,9 @@ INSTALL_HINT = (
     "https://docs.vllm.ai/projects/vllm-omni) and point the studio at it with --vllm PATH "
     "or OMNI_STUDIO_VLLM_EXECUTABLE"
 )
-# Flags that widen what a server exposes; extra args may not add them behind the user's back.
-RISKY_FLAGS = ("--allowed-local-media-path", "--host")
+# Flags that widen what a server exposes (its address, files requests may read, or any setting at all: vLLM's
+# --config file); extra args may not add them behind the user's back.
+RISKY_FLAGS = ("--allowed-local-media-path", "--host", "--config")
 # The vLLM-Omni levers: each typed setting and the `vllm serve --omni` flag it sets (guardrails off is its
 # --no-guardrails). The Server view shows a lever only where the installed server's help lists its flag.
 LEVER_FLAGS: dict[str, str] = {
@@ -84,16 +85,29 @@ def parse_extra_args(extra: str, allow_risky: bool = False) -> list[str]:
     except ValueError as exc:
         raise LaunchError(f"cannot parse extra serve args {extra!r}: {exc}") from exc
     for arg in args:
-        for flag in RISKY_FLAGS:
-            if arg == flag or arg.startswith(flag + "="):
-                if not allow_risky:
-                    raise LaunchError(
-                        f"extra serve args set {flag}, which widens what the server exposes (its address, or "
-                        "files requests may read): confirm it with 'Allow exposure-widening serve args' in the "
-                        "Server view or --allow-risky-serve-args"
-                    )
-                log.warning("extra serve args set %s (confirmed by the user): %s", flag, shlex.join(args))
+        flag = risky_flag(arg)
+        if flag is None:
+            continue
+        written = "" if arg.split("=", 1)[0] == flag else f" (written {arg.split('=', 1)[0]})"
+        if not allow_risky:
+            raise LaunchError(
+                f"extra serve args set {flag}{written}, which widens what the server exposes (its address, or "
+                "files requests may read): confirm it with 'Allow exposure-widening serve args' in the "
+                "Server view or --allow-risky-serve-args"
+            )
+        log.warning("extra serve args set %s (confirmed by the user): %s", flag, shlex.join(args))
     return args
+
+
+def risky_flag(arg: str) -> str | None:
+    """The flag of RISKY_FLAGS an argument may set, read as the servers' parsers read it, or None: argparse takes
+    any unique prefix of a flag (`--hos`), vLLM's parser reads `_` as `-` and `--a.b` as a key of `--a`, and a value
+    may follow `=`. A prefix of a risky flag is taken for it even where it is ambiguous (the guard cannot know every
+    flag of the installed server; a server refuses an ambiguous one anyway)."""
+    if not arg.startswith("--") or arg == "--":
+        return None  # a value, a short flag, or the end of flags
+    name = "--" + arg[2:].split("=", 1)[0].replace("_", "-").split(".", 1)[0]
+    return next((flag for flag in RISKY_FLAGS if name != "--" and flag.startswith(name)), None)
 
 
 def levers_missing(flags: frozenset[str]) -> list[str]:
