@@ -217,11 +217,14 @@ class Visitor(threading.Thread):
         """The run's record once finished. Past the clock and the drain, its visitor cancels what is left of it
         (as one who gives up would) and waits a little more; None if it still has not finished."""
         deadline = max(self.stop_at, time.monotonic()) + DRAIN_S
-        while time.monotonic() < deadline + (GIVE_UP_S if run.drain_cancelled else 0.0):
-            if time.monotonic() >= deadline and not run.drain_cancelled:
+        while True:
+            if time.monotonic() >= deadline:
+                if run.drain_cancelled:
+                    return None  # not finished even so: the accounting says so
                 run.drain_cancelled = True
                 self.caller.call("/cancel_all", show="mine")
                 self.ledger.count("cancels", "all, at the drain")
+                deadline = time.monotonic() + GIVE_UP_S
             record = self.caller.call("/wait_run", run_id=run.run_id, timeout_s=self.rng.choice(WAIT_POLL_S))
             if record is not None and record["finished"]:
                 run.finished_s = self.ledger.now_s()
@@ -233,7 +236,6 @@ class Visitor(threading.Thread):
                     self.caller.call("/preview", request_id=running[0]["id"])
             if record is None:
                 time.sleep(1.0)  # refused or no answer: not a tight loop
-        return None  # not finished within the drain: the accounting says so
 
     def browse(self, runs: list[Submitted]) -> None:
         rng = self.rng

@@ -190,10 +190,12 @@ class StudioController:
     def apply_settings(self, settings: StudioSettings) -> None:
         """New engine settings: they take effect on the next start (a new fleet is made; on Ray the old one's
         actors end, and their GPUs go to the new one)."""
+        previous = self.fleet.pool
         self.fleet.close()
         with self._lock:
             self.settings = settings
             self.fleet = self._new_fleet(settings)
+            self.fleet.predecessor = previous  # runs under way send what they have not sent to the new servers
             self.dispatcher.max_in_flight_per_visitor = settings.visitor_max_in_flight
 
     def apply_sharing(self, **values: object) -> StudioSettings:

@@ -21,6 +21,7 @@ from studio.backend.guest_arrivals import GuestArrivals
 from studio.backend.runs.board import RequestBoard
 from studio.backend.runs.fair_share import SLOTS_PER_SERVER, Standing
 from studio.backend.runs.problems import describe, field_bounds, frames_note, problems
+from studio.backend.runs.public_text import for_visitors
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.run import Run
 from studio.backend.runs.spec import (
@@ -95,6 +96,7 @@ __all__ = [
     "devices_text",
     "engine_kind",
     "field_bounds",
+    "for_visitors",
     "frames_note",
     "image_inputs",
     "latency_parts",

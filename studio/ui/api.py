@@ -21,7 +21,7 @@ from typing import Any
 
 import gradio as gr
 
-from studio.backend.face import Run, StudioController, Visitor
+from studio.backend.face import Run, StudioController, Visitor, for_visitors
 from studio.ui import handlers
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
@@ -33,8 +33,9 @@ MAX_WAIT_S = 25.0
 
 
 def run_record(run: Run, links: FileLinks, request: gr.Request | None, operator: bool | None = None) -> dict[str, Any]:
-    """A run as a program reads it. A video's path on the studio's machine is for operators (`operator`; None: the
-    run's owner's role, as only operators see an operator's run); anyone else has its URL."""
+    """A run as a program reads it. A video's path on the studio's machine, and the server's address in an error, are
+    for operators (`operator`; None: the run's owner's role, as only operators see an operator's run); anyone else has
+    the video's URL."""
     counts = Counter(str(view.state) for view in run.views)
     paths = run.visitor.operator if operator is None else operator
     return {
@@ -52,7 +53,7 @@ def run_record(run: Run, links: FileLinks, request: gr.Request | None, operator:
                 "total_steps": view.total_steps,
                 "preview_step": view.preview.step if view.preview is not None else None,
                 "seed": view.request.seed,
-                "error": view.error,
+                "error": view.error if paths else for_visitors(view.error),
                 **({"video_path": str(view.video_path) if view.video_path else None} if paths else {}),
                 "video_url": links.url(view.video_path, request) if view.video_path else None,
                 "sidecar_url": links.url(view.sidecar_path, request) if view.sidecar_path else None,

@@ -24,6 +24,7 @@ from studio.backend.face import (
     StudioController,
     Visitor,
     engine_kind,
+    for_visitors,
     image_inputs,
     summarize,
 )
@@ -324,11 +325,12 @@ def build_generate_tab(
     def on_move_down(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str) -> str:
         return handlers.move_request(board, request_id, later=True, by=access.require(request, profile))
 
-    def selected_area(view: RequestView, request: gr.Request) -> dict[gr.Component, Any]:
+    def selected_area(view: RequestView, request: gr.Request, visitor: Visitor) -> dict[gr.Component, Any]:
         """The Selected video area for a request: its video once done, its preview while it is made."""
         if view.state.finished:
             if view.video_path is None:
                 why = view.error or view.state.value
+                why = why if visitor.operator else for_visitors(why)
                 return {
                     video: "",
                     details: f"**{view.state.value}**: {markdown_text(why)}",
@@ -375,7 +377,7 @@ def build_generate_tab(
         view = visible_view(full or "", visitor)
         if view is None:
             return {cancel_id: full or str(row[0])}
-        return {cancel_id: full, **selected_area(view, request)}
+        return {cancel_id: full, **selected_area(view, request, visitor)}
 
     @cancel_selected.click(inputs_kwargs={"request_id": selected}, outputs=status, api_visibility="private")
     async def on_cancel_selected(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str):
@@ -391,7 +393,7 @@ def build_generate_tab(
         found = board.find(gallery.request_id_in(evt.value) or "")
         if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
             return {video: "", details: "no video of yours is selected", download: ""}
-        return selected_area(found[1], request)
+        return selected_area(found[1], request, visitor)
 
     # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
     # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
@@ -456,7 +458,7 @@ def build_generate_tab(
         forming = visible_view(selected_id or "", visitor)
         area_digest = area_seen
         if forming is not None:
-            area = selected_area(forming, request)
+            area = selected_area(forming, request, visitor)
             area_digest = digest(f"{area[video]}{area[details]}{forming.state}")
             if area_digest != area_seen:
                 updates.update(area)

@@ -34,6 +34,7 @@ from studio.backend.face import (
     count_range,
     describe,
     field_bounds,
+    for_visitors,
     frames_note,
     latency_parts_from_record,
     problems,
@@ -405,7 +406,8 @@ REQUEST_EXPORT_FIELDS = [
 
 
 def run_requests_flat(controller: StudioController, run_id: str, scope: Visitor | None = None) -> list[dict[str, Any]]:
-    """The requests of a run, if `scope` may see it (None: anyone's)."""
+    """The requests of a run, if `scope` may see it (None: anyone's); a visitor's errors name no server address."""
+    shown = (lambda error: error) if scope is None or scope.operator else for_visitors
     flat = []
     for row in controller.store.run_requests(run_id, scope.id if scope is not None else None):
         timings, params = row.get("timings") or {}, row.get("parameters") or {}
@@ -417,7 +419,7 @@ def run_requests_flat(controller: StudioController, run_id: str, scope: Visitor 
                 "state": row["state"],
                 "job_id": row["job_id"],
                 "endpoint": row["endpoint"],
-                "error": row["error"],
+                "error": shown(row["error"]),
                 "video_path": row["video_path"],
                 # From pressing Generate to the video on disk, in its parts; the server-side figure beside it.
                 **latency_parts_from_record(timings).as_record(),

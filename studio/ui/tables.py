@@ -21,6 +21,7 @@ from studio.backend.face import (
     Standing,
     StudioController,
     Visitor,
+    for_visitors,
     latency_parts,
 )
 from studio.ui.markdown import markdown_code, markdown_text
@@ -123,6 +124,8 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
         elif view.total_steps and not view.state.finished:  # the server tells its steps (a job's events)
             percent = f"{percent} · step {view.step}/{view.total_steps}"
         note = _answers_when_done_note(view, note)
+        if scope is not None and not scope.operator:
+            note = for_visitors(note)
         parts = latency_parts(view.timings)
         owner = [board.owner_name(view)] if scope is None else []
         rows.append(

@@ -51,6 +51,12 @@ class _Absent(Enum):
     SILENT = "silent"  # not restarting, and not answering its health check
 
 
+class _Moved(Enum):
+    """The pool waited on was handed over to another (its fleet was started anew): wait no more here."""
+
+    HANDED_OVER = "handed over"
+
+
 log = logging.getLogger(__name__)
 
 
@@ -61,6 +67,9 @@ class EndpointPool:
         self.endpoints = endpoints
         self.api_key = api_key
         self.client_class: type[VideoClient] = VideoClient  # what replace_url makes for a moved endpoint
+        # The pool that took over from this one, where its fleet was started anew (an operator's restart with new
+        # settings makes new servers, on new ports): requests not yet at a server go there, not to these endpoints.
+        self.successor: EndpointPool | None = None
         self._lock = threading.Lock()
         # One health watcher per event loop, however many runs want the pool watched.
         self._watchers: dict[asyncio.AbstractEventLoop, tuple[asyncio.Task, int]] = {}
@@ -77,6 +86,18 @@ class EndpointPool:
         endpoints = [Endpoint(url=url, client=client_class(url, api_key=api_key, **client_options)) for url in urls]
         pool = cls(endpoints, api_key=api_key)
         pool.client_class = client_class
+        return pool
+
+    def hand_over(self, successor: EndpointPool) -> None:
+        """`successor` serves from now on: whoever waits on this pool stops waiting, and goes there."""
+        if successor is not self:
+            self.successor = successor
+
+    def latest(self) -> EndpointPool:
+        """The pool that serves now: this one, or the last of those it was handed over to."""
+        pool = self
+        while pool.successor is not None:
+            pool = pool.successor
         return pool
 
     def acquire(self, exclude: set[str] | None = None) -> Endpoint:
@@ -187,7 +208,9 @@ class EndpointPool:
         server's exit watcher needs to notice a crash) is given up on. Returns the endpoint back, or None."""
         watched = endpoints or self.endpoints
 
-        async def back() -> Endpoint | _Absent:
+        async def back() -> Endpoint | _Absent | _Moved:
+            if self.successor is not None:
+                return _Moved.HANDED_OVER  # the caller asks latest() for the pool that serves now
             if any(ep.restarting for ep in watched):
                 return _Absent.RESTARTING  # nothing to ask: the restart says when it is over
             for endpoint in watched:

@@ -400,7 +400,7 @@ class Run:
         try:
             async with self._studio_slot():
                 if view.job_id is not None:  # left at a server by an earlier studio
-                    await self._recover(view, follow_up(view, self.pool))
+                    await self._recover(view, follow_up(view, self.pool.latest()))
                 else:
                     await self._send(view)
         except asyncio.CancelledError:
@@ -418,10 +418,11 @@ class Run:
         """Send the request; if an endpoint cannot be reached before it accepted the job, try another."""
         tried: set[str] = set()
         while True:
+            pool = self.pool.latest()  # where the fleet was started anew since the run began, its new servers
             try:
-                endpoint = self.pool.acquire(exclude=tried)
+                endpoint = pool.acquire(exclude=tried)
             except NoEndpointError as exc:
-                waited = await self._wait_for_server(view, exc)
+                waited = await self._wait_for_server(view, pool, exc)
                 if waited is None:
                     tried.clear()  # a server came back: everything may be tried again
                     continue
@@ -432,23 +433,22 @@ class Run:
                 await self._send_to(view, endpoint)
                 return
             except ServerUnreachable as exc:
-                self.pool.mark_down(endpoint, str(exc))
+                pool.mark_down(endpoint, str(exc))
                 if view.job_id is None:  # it never reached the server: back to waiting in the studio
                     view.unsend()
                     self.recorder.requeued(view)
                     self._emit(view)
                     continue
                 # Accepted, then lost: never run twice.
-                recovery = await after_loss(
-                    view, endpoint, self.pool, exc, self.resubmit_unstarted, self.restart_wait_s
-                )
+                recovery = await after_loss(view, endpoint, pool, exc, self.resubmit_unstarted, self.restart_wait_s)
                 if not await self._recover(view, recovery):
                     return
                 tried.discard(endpoint.url)
 
-    async def _wait_for_server(self, view: RequestView, none_up: NoEndpointError) -> str | None:
-        """No server is up: wait for one to come back (through a restart, with auto-restart; else at most
-        server_wait_s), saying so in the request meanwhile. None once one is back, else why the request fails."""
+    async def _wait_for_server(self, view: RequestView, pool: EndpointPool, none_up: NoEndpointError) -> str | None:
+        """No server of `pool` is up: wait for one to come back (through a restart, with auto-restart; else at most
+        server_wait_s), or for the pool to be handed over to a fleet started anew, saying so in the request
+        meanwhile. None once one is back (or the pool was handed over), else why the request fails."""
         restart_s = self.restart_wait_s if self.resubmit_unstarted else 0.0
         wait_s = max(restart_s, self.server_wait_s)
         if wait_s <= 0:
@@ -456,9 +456,11 @@ class Run:
         view.error = f"{none_up}; waiting up to {wait_s:.0f} s for it to come back"
         self._emit(view)
         # A server that is not restarting is given server_wait_s to answer its health check again.
-        back = await self.pool.wait_back(timeout_s=wait_s, grace_s=max(5.0, self.server_wait_s))
+        back = await pool.wait_back(timeout_s=wait_s, grace_s=max(5.0, self.server_wait_s))
         view.error = None
-        return None if back is not None else f"{none_up}; none came back within {wait_s:.0f} s"
+        if back is not None or pool.latest() is not pool:
+            return None
+        return f"{none_up}; none came back within {wait_s:.0f} s"
 
     async def _send_to(self, view: RequestView, endpoint: Endpoint) -> None:
         """Create the job on `endpoint` (already acquired) and see it through. Raises ServerUnreachable where

@@ -132,6 +132,9 @@ class FleetManager:
         self.servers: list[ManagedServer] = list(servers or [])  # RayServer: the same interface
         self.layout: str | None = None  # "2 x TP4 on GPUs 0-7", once the fleet is planned
         self.pool: EndpointPool | None = None
+        # The pool of the fleet this one replaces (the controller's, at an operator's restart with new settings):
+        # handed over to this fleet's pool once it is made, so that requests waiting on the old servers come here.
+        self.predecessor: EndpointPool | None = None
         self.served_model: str | None = None  # what the servers say they serve (GET /v1/models), once attached
         self.start_error: str | None = None
         self.auto_restart_note: str | None = None  # the last auto-restart, for the page
@@ -245,7 +248,10 @@ class FleetManager:
         options = self.client_options()
         pool = EndpointPool.from_urls(urls, **options)
         self.served_model = next(iter(pool.served_models()), None)
+        previous, self.predecessor = self.pool or self.predecessor, None
         self.pool = pool
+        if previous is not None:
+            previous.hand_over(pool)
         self.hooks.capacity(len(urls))
 
     def start_in_background(self) -> None:
