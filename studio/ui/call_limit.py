@@ -20,22 +20,20 @@ never lock them out of the Server tab they would use to put things right.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from studio.ui.call_routes import Route, caller_of, gradio_queue, read_body, route_of
+from studio.ui.call_routes import Route, caller_of, gradio_queue, join_event_id, read_body, route_of
 from studio.ui.identity import PageAccess
 
 BURST_S = 1.0
 GRACE_S = 5.0
 GRACE_POLL_S = 0.02
 MAX_WAITING_PER_CAP = 4  # calls of one visitor waiting within a burst, per call of the cap
-MAX_RESPONSE_BYTES = 4096  # a join's answer is {"event_id": ...}
 SWEEP_EVERY = 1000  # calls between sweeps of visitors with nothing in flight
 
 
@@ -143,7 +141,7 @@ class CallLimit:
             if route is Route.DIRECT:
                 await self.app(scope, receive, send)
             else:
-                event_id = await self._join(scope, receive, send)
+                event_id = await join_event_id(self.app, scope, receive, send)
         finally:
             self.ledger.release(caller.party, event_id if event_id and alive(event_id) else None)
 
@@ -165,25 +163,3 @@ class CallLimit:
             return False
         finally:
             self.ledger.waiting(key, -1)
-
-    async def _join(self, scope: Scope, receive: Receive, send: Send) -> str | None:
-        """Hand the call to Gradio; the id of the event it joined the queue as, where it did."""
-        status = 0
-        answer = b""
-
-        async def watching(message: Message) -> None:
-            nonlocal status, answer
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and len(answer) < MAX_RESPONSE_BYTES:
-                answer += message.get("body", b"")
-            await send(message)
-
-        await self.app(scope, receive, watching)
-        if status != 200:
-            return None
-        try:
-            event_id = json.loads(answer).get("event_id")
-        except (ValueError, AttributeError):
-            return None
-        return event_id if isinstance(event_id, str) else None

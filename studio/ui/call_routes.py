@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 
 import gradio as gr
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from studio.ui.identity import PageAccess, browser_of
 
@@ -206,3 +206,30 @@ def caller_of(scope: Scope, access: PageAccess, session_hash: str | None = None)
     client = scope.get("client")
     address = f"address:{client[0] if client else 'unknown'}"
     return Caller(key=f"browser:{browser}" if browser else address, party=address)
+
+
+JOIN_ANSWER_BYTES = 4096  # a join's answer is {"event_id": ...}: what is read of it, at most
+
+
+async def join_event_id(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> str | None:
+    """Hand a call that joins the queue to Gradio, passing its answer on as it comes; the id of the event it joined
+    as, where it did (None where Gradio refused it)."""
+    status = 0
+    answer = b""
+
+    async def watching(message: Message) -> None:
+        nonlocal status, answer
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body" and len(answer) < JOIN_ANSWER_BYTES:
+            answer += message.get("body", b"")
+        await send(message)
+
+    await app(scope, receive, watching)
+    if status != 200:
+        return None
+    try:
+        event_id = json.loads(answer).get("event_id")
+    except (ValueError, AttributeError):
+        return None
+    return event_id if isinstance(event_id, str) and event_id else None

@@ -449,7 +449,7 @@ def build_generate_tab(
         # kept with the view it was for, so switching between mine and everyone draws the other view in full; the
         # figures are drawn again when a request ends, a run starts (the latest run is another) or `span` changes.
         span = span if span in figures.SPANS else figures.LATEST_RUN
-        current, finished = (board.version, shown), (len(board.finished_order), len(board.runs), shown, span)
+        current, finished = (board.version, shown), (board.finished_count, len(board.runs), shown, span)
         active = board.active(scope)
         if current == version and finished == finished_seen and not active:
             return updates

@@ -14,17 +14,17 @@ messages of far fewer sessions).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from studio.ui.call_routes import (
     Route,
     caller_of,
     gradio_queue,
+    join_event_id,
     path_match,
     query_session,
     read_body,
@@ -33,7 +33,6 @@ from studio.ui.call_routes import (
 from studio.ui.identity import PageAccess
 
 MAX_SESSIONS = 50_000
-MAX_RESPONSE_BYTES = 4096  # a join's answer is {"event_id": ...}
 NOT_YOURS = (
     "this page session belongs to another visitor: reload the page to start your own (a program: use a session "
     "hash of its own, or none)"
@@ -120,26 +119,7 @@ class SessionBinding:
 
     async def _joined(self, scope: Scope, receive: Receive, send: Send, session: str | None, key: str) -> None:
         """A call taken into the queue binds its session (or, with none named, its event id) to its caller."""
-        status = 0
-        answer = b""
-
-        async def watching(message: Message) -> None:
-            nonlocal status, answer
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and len(answer) < MAX_RESPONSE_BYTES:
-                answer += message.get("body", b"")
-            await send(message)
-
-        await self.app(scope, receive, watching)
-        if status != 200:
+        event_id = await join_event_id(self.app, scope, receive, send)
+        if event_id is None:
             return
-        if session is not None:
-            self.book.bind(session, key)
-            return
-        try:
-            event_id = json.loads(answer).get("event_id")
-        except (ValueError, AttributeError):
-            return
-        if isinstance(event_id, str) and event_id:
-            self.book.bind(event_id, key)
+        self.book.bind(session if session is not None else event_id, key)

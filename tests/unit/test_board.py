@@ -35,3 +35,48 @@ def test_real_progress_is_used_as_is():
     progress = board.progress(running)
     assert not progress.estimated and progress.percent == 40.0
     assert progress.eta_s is not None and 2.0 < progress.eta_s < 4.0
+
+
+class _RunStandIn:
+    """What the board reads of a run (its id, owner, views, whether it finished, its listeners): the bookkeeping
+    under test needs no server."""
+
+    def __init__(self, number: int, state: RequestState) -> None:
+        from studio.backend.visitors import LOCAL_OPERATOR
+
+        self.id = f"run_{number}"
+        self.visitor = LOCAL_OPERATOR
+        one = view(state)
+        one.id, one.run_id = f"req_{number}", self.id
+        self.views = [one]
+        self.listeners = []
+
+    @property
+    def finished(self) -> bool:
+        return all(v.state.finished for v in self.views)
+
+    def add_listener(self, listener) -> None:
+        self.listeners.append(listener)
+
+    def end(self) -> None:
+        self.views[0].state = RequestState.DONE
+        for listener in self.listeners:
+            listener(self.views[0])
+
+
+def test_a_long_session_keeps_the_newest_finished_runs_and_every_run_under_way():
+    board = RequestBoard(max_finished_runs=3)
+    under_way = _RunStandIn(0, RequestState.RUNNING)
+    board.add_run(under_way)
+    for number in range(1, 8):
+        run = _RunStandIn(number, RequestState.WAITING)
+        board.add_run(run)
+        run.end()
+    board.add_run(_RunStandIn(8, RequestState.WAITING))  # a new run makes room
+    finished = [run.id for run in board.runs if run.finished]
+    assert finished == ["run_5", "run_6", "run_7"]
+    assert under_way in board.runs and board.runs[-1].id == "run_8"
+    assert [v.run_id for v in board.finished_order] == ["run_5", "run_6", "run_7"]
+    # What the page compares to know that something ended never goes down.
+    assert board.finished_count == 7 and board.finished_runs_count == 7
+    assert board.find("req_2") is None and board.find("req_6") is not None

@@ -9,7 +9,7 @@ operators); cancelling another visitor's request takes an operator.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from studio.backend.runs.request_state import RequestState, RequestView
@@ -39,19 +39,32 @@ class Progress:
     estimated: bool  # True where the server gives no real progress and the studio estimates it
 
 
+# A studio serves for days: the board keeps the newest finished runs in memory (the page's table, gallery and figures
+# of the session), History keeps every one. Runs under way are always kept.
+MAX_FINISHED_RUNS = 500
+ESTIMATE_SAMPLES = 50  # finished requests of a shape its estimates average over (the newest)
+
+
 class RequestBoard:
-    def __init__(self) -> None:
+    def __init__(self, max_finished_runs: int = MAX_FINISHED_RUNS) -> None:
         self.runs: list[Run] = []
         self.version = 0
+        self.max_finished_runs = max_finished_runs
         self.finished_order: list[RequestView] = []  # in the order they finished
+        # Requests and runs that have ended since the studio started (the board forgets the oldest, these never go
+        # down): what the page compares to know that something ended.
+        self.finished_count = 0
+        self.finished_runs_count = 0
         self._finished_ids: set[str] = set()  # of those: one look-up, not a walk through the list
-        self._inference_by_shape: dict[tuple, list[float]] = defaultdict(list)
+        self._counted_runs: set[str] = set()
+        self._inference_by_shape: dict[tuple, deque[float]] = defaultdict(lambda: deque(maxlen=ESTIMATE_SAMPLES))
         self._names: dict[str, str] = {}  # visitor id -> the name they go by: what an owner column shows
 
     def add_run(self, run: Run) -> None:
         run.add_listener(self._on_update)
         self.runs.append(run)
         self._names[run.visitor.id] = run.visitor.name
+        self._forget_oldest_finished()
         self.version += 1
 
     def _on_update(self, view: RequestView) -> None:
@@ -59,8 +72,25 @@ class RequestBoard:
         if view.state.finished and view.id not in self._finished_ids:
             self._finished_ids.add(view.id)
             self.finished_order.append(view)
+            self.finished_count += 1
             if view.state is RequestState.DONE and _server_s(view):
                 self._inference_by_shape[view.shape_key].append(_server_s(view))
+            run = next((run for run in reversed(self.runs) if run.id == view.run_id), None)
+            if run is not None and run.finished and run.id not in self._counted_runs:
+                self._counted_runs.add(run.id)
+                self.finished_runs_count += 1
+
+    def _forget_oldest_finished(self) -> None:
+        """Past max_finished_runs finished runs, the oldest go from memory (History keeps them)."""
+        finished = [run for run in self.runs if run.finished]
+        extra = len(finished) - self.max_finished_runs
+        if extra <= 0:
+            return
+        gone = {run.id for run in finished[:extra]}
+        self.runs = [run for run in self.runs if run.id not in gone]
+        self.finished_order = [view for view in self.finished_order if view.run_id not in gone]
+        self._finished_ids = {view.id for view in self.finished_order}
+        self._counted_runs -= gone
 
     # ---- reading -----------------------------------------------------------------------------------
     def views(self, visitor: Visitor | None = None) -> list[RequestView]:
