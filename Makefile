@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-vllm-omni lint format install clean doctor
+.PHONY: run test test-unit test-fast test-vllm-omni lint format install clean doctor
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ test-vllm-omni: install
 	bash scripts/setup_vllm_omni_venv.sh
 	OMNI_STUDIO_VLLM=$(CURDIR)/.venv-vllm-omni/bin/vllm OMNI_STUDIO_VLLM_STAGE=1 HF_HUB_OFFLINE=1 \
 		$(BIN)/python -m pytest -ra tests/vllm_omni
+
+# The quick ones alone (tests/unit/): in-process, no server, no browser.
+test-unit: install
+	$(BIN)/python -m pytest -ra -m unit
 
 test-fast: install
 	$(BIN)/python -m pytest -ra -m "not browser"

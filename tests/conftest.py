@@ -13,6 +13,23 @@ from studio.backend.servers.launchers import embedded_launch
 from studio.backend.servers.supervisor import ManagedServer
 from studio.config import DEFAULT_MODEL_DIR, TINY_WAN_DIR, StudioSettings
 
+# A test's kind is its folder's: tests/unit/ (in-process, quick), tests/integration/ (real subprocesses on loopback),
+# tests/browser/ (headless Chromium against a running studio), tests/vllm_omni/ (the real vLLM-Omni server). `-m unit`
+# (make test-unit) runs the quick ones.
+KINDS = ("unit", "integration", "browser", "vllm_omni")
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            folder = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        if folder in KINDS:
+            item.add_marker(getattr(pytest.mark, folder))
+
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 

@@ -45,6 +45,22 @@ REFRESH_S = 1.0
 @dataclass(frozen=True)
 class GenerateTab:
     status: gr.Markdown  # the status line, also where the Server tab's buttons answer
+    guardrails: gr.Checkbox  # the switch, set for each visitor as their page opens (guardrails_switch)
+
+
+# What a visitor's switch says where the studio keeps the guardrail on for every visitor (visitor_guardrails forced).
+GUARDRAILS_FORCED_INFO = "on for every visitor of this studio: its operator decides (--visitor-guardrails)"
+
+
+def guardrails_switch(controller: StudioController, visitor: Visitor | None) -> gr.Checkbox:
+    """The guardrails switch as `visitor` may use it: where the server takes guardrails per request, a visitor under
+    the forced policy sees it on and fixed, with why; anyone else as the form was built."""
+    per_request = controller.kind.capabilities.request_guardrails
+    if not per_request:
+        return gr.Checkbox(value=True, interactive=False, info=per_request.why_not)
+    if visitor is not None and not visitor.operator and controller.settings.visitor_guardrails == "forced":
+        return gr.Checkbox(value=True, interactive=False, info=GUARDRAILS_FORCED_INFO)
+    return gr.Checkbox(interactive=True)
 
 
 def generate_form(controller: StudioController) -> dict[str, gr.Component]:
@@ -490,4 +506,4 @@ def build_generate_tab(
             )
         return updates
 
-    return GenerateTab(status=status)
+    return GenerateTab(status=status, guardrails=form["guardrails"])

@@ -15,7 +15,7 @@ from studio.backend.face import AccessPolicy, StudioController
 from studio.ui.api import build_api
 from studio.ui.bench_tab import build_bench_tab
 from studio.ui.file_links import FileLinks
-from studio.ui.generate_tab import build_generate_tab
+from studio.ui.generate_tab import build_generate_tab, guardrails_switch
 from studio.ui.history_tab import build_history_tab
 from studio.ui.identity import EVERYONE, MINE, PageAccess, browser_of
 from studio.ui.markdown import markdown_text
@@ -192,7 +192,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
         engine_status = gr.Markdown(markdown_text(controller.public_summary()), elem_id="engine-status")
         with gr.Tabs():
             with gr.Tab("Generate", id="generate-tab"):
-                build_generate_tab(controller, access, engine_status, show)
+                generate_tab = build_generate_tab(controller, access, engine_status, show)
             with gr.Tab("History", id="history-tab"):
                 build_history_tab(controller, access, show, opened=demo.load)
             with gr.Tab("Bench", id="bench-tab", visible=not operators_only) as bench_tab:
@@ -203,7 +203,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
         build_api(controller, access, FileLinks(controller.store.root))
         demo.load(controller.start_in_background, None, None, api_visibility="private")
 
-        @demo.load(outputs=[who, show, bench_tab, server_tab], api_visibility="private")
+        @demo.load(outputs=[who, show, bench_tab, server_tab, generate_tab.guardrails], api_visibility="private")
         def on_open(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[gr.Component, object]:
             visitor = access.visitor(request, profile)
             operator = visitor is not None and visitor.operator
@@ -214,6 +214,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
                 show: gr.Radio(visible=operator and not lone_operator),
                 bench_tab: gr.Tab(visible=operator),
                 server_tab: gr.Tab(visible=operator),
+                generate_tab.guardrails: guardrails_switch(controller, visitor),
             }
 
         @demo.unload

@@ -28,12 +28,6 @@ CHROMIUM_ARGS = [
 ]
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if "tests/browser" in str(item.fspath):
-            item.add_marker(pytest.mark.browser)
-
-
 @pytest.fixture(scope="module")
 def browser():
     # Module scope: Playwright's sync API holds an event loop on the main thread while it runs, which

@@ -4,15 +4,12 @@ its row says latency only, and the guardrails switch says why it cannot be used.
 
 from __future__ import annotations
 
-import pytest
 from playwright.sync_api import expect
 
 from studio.backend.runs.spec import NO_UPLOAD
 from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
 from tests.integration.test_cosmos_framework import cosmos_server, image_host
-
-pytestmark = pytest.mark.browser
 
 
 def test_a_cosmos_framework_video_made_from_an_image_url_in_the_page_plays(browser, tmp_path):

@@ -4,10 +4,7 @@ Restart starting the engine with the levers set."""
 
 from __future__ import annotations
 
-import pytest
 from playwright.sync_api import Page, expect
-
-pytestmark = pytest.mark.browser
 
 # Each control of the group (its element id) and the label it shows.
 CONTROLS = {

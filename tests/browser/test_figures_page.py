@@ -3,12 +3,9 @@ studio's own queue included, as the requests table's elapsed time does."""
 
 from __future__ import annotations
 
-import pytest
 from playwright.sync_api import expect
 
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.browser
 
 # The rows of a gr.Dataframe as the page shows them, keyed by its headers (its body is a virtual list of rows).
 TABLE_ROWS = """(selector) => {

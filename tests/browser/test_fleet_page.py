@@ -3,13 +3,10 @@ while the other serves."""
 
 from __future__ import annotations
 
-import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
-
-pytestmark = pytest.mark.browser
 
 
 def test_the_server_view_lists_two_replicas_and_restarts_one_while_the_other_serves(browser, tmp_path):

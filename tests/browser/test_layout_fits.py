@@ -14,8 +14,6 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.browser.test_studio_page import fill_form
 
-pytestmark = pytest.mark.browser
-
 WIDTHS = (1440, 1024)
 HEIGHT = 900
 SHORT_WINDOW = 300  # shorter than a 256p 9:16 video

@@ -13,8 +13,6 @@ from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.browser
-
 ACCOUNTS = {"ann": "ann-pass", "ben": "ben-pass"}
 MARKER = "preview-of-ann-7c1d"
 

@@ -6,13 +6,10 @@ from __future__ import annotations
 import signal
 import sqlite3
 
-import pytest
 from gradio_client import Client
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.browser
 
 
 def rows(database) -> list[tuple]:

@@ -6,13 +6,10 @@ import re
 import sqlite3
 
 import httpx
-import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.browser
 
 
 def fill_form(page, prompts: str, frames: int, steps: int, copies: int, concurrency: int) -> None:

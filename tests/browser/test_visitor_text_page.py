@@ -20,9 +20,6 @@ from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
 from tests.browser.test_visitors_page import ACCOUNTS, RUN_TIMEOUT_S, signed_in_page
 
-pytestmark = pytest.mark.browser
-
-
 FETCHED: list[str] = []  # what reached the attacker's host
 
 

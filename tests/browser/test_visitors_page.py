@@ -11,8 +11,6 @@ from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.browser
-
 ACCOUNTS = {"alice": "alice-pass", "bob": "bob-pass", "olga": "olga-pass"}
 MARKER = "marker-of-alice-5b0f"
 TABS = ("Generate", "History")
@@ -56,6 +54,10 @@ def every_tab_text(page) -> str:
 def test_visitors_see_only_their_own_work_and_the_operator_sees_all(browser, studio):
     alice = signed_in_page(browser, studio, "alice")
     expect(alice.locator("#who")).to_contain_text("visitor")
+    # The studio keeps the guardrail on for visitors (--visitor-guardrails forced): their switch says so.
+    expect(alice.locator("#guardrails input")).to_be_disabled(timeout=30_000)
+    expect(alice.locator("#guardrails input")).to_be_checked()
+    expect(alice.locator("#guardrails")).to_contain_text("its operator decides")
     fill_form(alice, f"a red circle {MARKER}", frames=33, steps=200, copies=3, concurrency=1)
     alice.locator("#generate").click()
     alice.locator("#status").get_by_text("queued 3 requests").wait_for(timeout=60_000)
@@ -75,6 +77,7 @@ def test_visitors_see_only_their_own_work_and_the_operator_sees_all(browser, stu
 
     olga = signed_in_page(browser, studio, "olga")
     expect(olga.locator("#who")).to_contain_text("operator")
+    expect(olga.locator("#guardrails input")).to_be_enabled()
     expect(olga.get_by_role("tab", name="Server")).to_be_visible()
     assert MARKER not in olga.locator("#requests").inner_text()  # mine, until the operator asks for everyone's
     olga.locator("#show").get_by_label("everyone").check()

@@ -16,8 +16,6 @@ from studio.backend.runs.store import OutputStore
 from studio.backend.servers.launchers import LaunchSpec
 from studio.backend.servers.supervisor import ManagedServer
 
-pytestmark = pytest.mark.integration
-
 
 def fake_server(mode: str) -> ManagedServer:
     return ManagedServer(

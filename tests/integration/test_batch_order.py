@@ -13,8 +13,6 @@ from studio.backend.runs.spec import RunSpec
 from studio.backend.visitors import Visitor
 from tests.conftest import engine_settings
 
-pytestmark = pytest.mark.integration
-
 VISITOR = Visitor("user:ann", "ann", operator=False)
 PROMPTS = [f"a red circle, take {n}" for n in range(8)]
 

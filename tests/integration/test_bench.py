@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 
 def test_bench_writes_reports_and_recommends(tmp_path):
     out = tmp_path / "report"

@@ -19,8 +19,6 @@ from tests.conftest import engine_settings
 from tests.page_bench import layouts_form, run_page_bench
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 SMALL = ["--tier", "256p", "--aspect", "1:1", "--frames", "5", "--steps", "2", "--slo-seconds", "60"]
 
 

@@ -20,7 +20,7 @@ from tests.waiting import wait_for
 
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install .[ray])")
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 SMALL = ["--tier", "256p", "--aspect", "1:1", "--frames", "5", "--steps", "2", "--slo-seconds", "60"]
 

@@ -17,8 +17,6 @@ from studio.cli.exits import EXIT_FAILED
 from studio.media import probe_mp4
 from tests.conftest import MODEL_DIR
 
-pytestmark = pytest.mark.integration
-
 
 def studio(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(

@@ -17,8 +17,6 @@ from studio.media import probe_mp4
 from studio.protocol import JobStatus, VideoRequest
 from tests.waiting import wait_for_async
 
-pytestmark = pytest.mark.integration
-
 
 def request(**values) -> VideoRequest:
     base = {

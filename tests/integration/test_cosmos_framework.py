@@ -20,7 +20,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
@@ -42,8 +41,6 @@ from studio.media import probe_mp4
 from tests.browser.conftest import start_studio, stop_studio
 from tests.shown import as_shown
 from tests.waiting import wait_for, wait_for_page
-
-pytestmark = pytest.mark.integration
 
 BLOCKED = "a guardrail-unsafe scene"  # the double's guardrails block prompts with these words
 # The keys of the server's body (OmniSampleOverrides, docs: cosmos-framework-serve-api); it refuses any other.

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import httpx
-import pytest
 
 from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
@@ -21,8 +20,6 @@ from studio.backend.servers.launchers import LaunchSpec
 from studio.backend.servers.supervisor import ManagedServer, ServerState
 from tests.conftest import MODEL_DIR, engine_settings, start_engine
 from tests.waiting import wait_for, wait_for_async
-
-pytestmark = pytest.mark.integration
 
 # A server that starts as the real ones do (a banner with its model path and port, a Python warning, progress
 # bars, INFO records), is ready when /health answers, and on GET /crash fails one request with a traceback (a

@@ -25,8 +25,6 @@ import pytest
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 from tests.waiting import log_tail, wait_for
 
-pytestmark = pytest.mark.integration
-
 ACCOUNTS = {"alice": "pw1", "bob": "pw2", "carol": "pw3"}
 CAP = 8  # visitor_max_calls_in_flight's default
 WAITS = 45

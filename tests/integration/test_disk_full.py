@@ -6,15 +6,12 @@ import asyncio
 import shutil
 
 import httpx
-import pytest
 
 from studio.backend.clients.router import EndpointPool
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.run import Run
 from studio.backend.runs.spec import RunSpec
 from studio.backend.runs.store import OutputStore
-
-pytestmark = pytest.mark.integration
 
 
 def test_disk_full_fails_the_request_clearly(wan_engine, small_disk):

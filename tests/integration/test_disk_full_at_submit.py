@@ -16,8 +16,6 @@ from studio.backend.runs.spec import RunSpec
 from studio.config import StudioSettings
 from studio.ui import handlers
 
-pytestmark = pytest.mark.integration
-
 LEFT_FREE = 40 * 1024  # as the tester left it: room for a few history rows, not for a run of long prompts
 
 

@@ -30,8 +30,6 @@ from studio.engine.vae_chunks import vae_decode_chunks
 from studio.media import Mp4Writer, encode_mp4
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 SIZE = {"width": 32, "height": 32, "num_frames": 5}
 
 

@@ -13,8 +13,6 @@ from studio.protocol import JobRecord, JobStatus
 from tests import waiting
 from tests.conftest import API_KEY, MODEL_NAME, SMALL
 
-pytestmark = pytest.mark.integration
-
 LONG_JOB = {"prompt": "a long job", "size": "320x192", "num_frames": "33", "num_inference_steps": "200"}
 
 

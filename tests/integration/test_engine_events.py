@@ -26,8 +26,6 @@ from studio.protocol import (
 from tests.conftest import API_KEY, SMALL, start_engine
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 STREAM_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 # A 16:9 job of the small model long enough for several previews at a short interval.
 WIDE = {"size": "512x288", "num_frames": "33", "num_inference_steps": "24"}

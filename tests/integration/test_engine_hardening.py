@@ -12,8 +12,6 @@ from studio.protocol import MAX_FRAMES, MAX_STEPS, EngineExtraParams
 from tests.conftest import SMALL
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 
 def form(**fields: str) -> dict:
     """As multipart: httpx sends `files` as multipart/form-data."""

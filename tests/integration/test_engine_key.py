@@ -9,13 +9,10 @@ import sqlite3
 from pathlib import Path
 
 import httpx
-import pytest
 from gradio_client import Client
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
 

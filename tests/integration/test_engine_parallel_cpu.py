@@ -24,8 +24,6 @@ from studio.engine.parallel.split_decode import decoder_halo
 from studio.engine.step_cache import StepCacheMode, StepCachePolicy
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 # 48x16 at 9 frames: 3 latent frames of 3x1 patches, 9 tokens: two ranks hold 5 and 4 (an uneven split).
 UNEVEN = {"width": 48, "height": 16, "num_frames": 9}
 EVEN = {"width": 32, "height": 32, "num_frames": 5}  # 2 latent frames of 2x2 patches: 8 tokens

@@ -27,8 +27,6 @@ from studio.engine.metrics import EngineMetrics
 from studio.engine.warmup import Warmup
 from tests.waiting import log_tail, wait_for, wait_for_page
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = (32, 32, 5)
 

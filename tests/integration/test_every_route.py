@@ -33,8 +33,6 @@ from studio.ui.file_guard import FILES_ROUTE
 from studio.ui.identity import PageAccess
 from studio.ui.launch import serve_page
 
-pytestmark = pytest.mark.integration
-
 ALICE_RUN, ALICE_REQUEST = "run_20261201_120000_a1a1a1", "req_a1a1a1a1a1a1"
 ALICE_ID = "user:alice"
 PARAMETER = re.compile(r"\{[^}]+\}")

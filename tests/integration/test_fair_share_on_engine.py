@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.backend.visitors import Visitor
 from tests.conftest import MODEL_NAME, engine_settings
 from tests.waiting import wait_for_async
-
-pytestmark = pytest.mark.integration
 
 SLOTS = 4
 A = Visitor("a", "A", operator=False)

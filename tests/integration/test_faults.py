@@ -20,8 +20,6 @@ from studio.backend.servers.supervisor import ManagedServer, ServerStartError, S
 from tests.conftest import engine_settings, start_engine
 from tests.waiting import wait_for_async
 
-pytestmark = pytest.mark.integration
-
 
 def test_a_hung_server_times_out_clearly_and_the_studio_stays_responsive(tmp_path):
     server = start_engine(tmp_path)

@@ -3,14 +3,10 @@ opened after requests were sent (through the API) used to follow them a second t
 
 import asyncio
 
-import pytest
-
 from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.config import StudioSettings
-
-pytestmark = pytest.mark.integration
 
 
 def test_follow_up_after_requests_were_sent_leaves_them_alone(tmp_path):

@@ -26,8 +26,6 @@ from studio.engine.gpu import fp8, kernels
 from studio.engine.parallel.groups import free_port
 from tests.unit.test_fp8 import transformer
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = 2
 RANK_TIMEOUT_S = 120

@@ -13,8 +13,6 @@ from gradio_client import Client
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import log_tail, wait_for
 
-pytestmark = pytest.mark.integration
-
 
 def ended_states(database: Path) -> list[str]:
     """The requests' states once each has ended; [] before."""

@@ -24,8 +24,6 @@ from studio.ui.file_guard import BROWSER_COOKIE
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 RUN_TIMEOUT_S = 240.0
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
 # What a browser would hold, in the cookie's own alphabet (token_urlsafe), upper case so no hex digest holds it.

@@ -14,8 +14,6 @@ from gradio_client.exceptions import AppError
 from studio.ui.file_guard import BROWSER_COOKIE
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 
-pytestmark = pytest.mark.integration
-
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
 # Identities the test makes before it looks for the limit: two guests, and four callers without a cookie, each of
 # which may be seen once more by the cookie its client was given (its heartbeat's page closes with it).

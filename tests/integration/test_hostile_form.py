@@ -16,8 +16,6 @@ from gradio_client import Client, handle_file
 
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 
-pytestmark = pytest.mark.integration
-
 GOOD = {"prompts": "a red circle", "tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "copies": 1}
 UPSTREAM = "upstream Gradio app has raised an exception"
 

@@ -13,8 +13,6 @@ import pytest
 from studio.backend.servers.supervisor import free_port
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("flags", [["--share"], ["--host", "0.0.0.0"]])
 def test_public_binding_needs_auth(flags, tmp_path):

@@ -15,7 +15,7 @@ from studio.backend.runs.run import Run
 from studio.backend.runs.spec import RunSpec
 from studio.backend.runs.store import OutputStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_256_requests_at_concurrency_64_are_all_accounted_for(engine, tmp_path):

@@ -20,8 +20,6 @@ from studio.backend.servers.supervisor import ManagedServer, ServerStartError, S
 from tests.conftest import engine_settings
 from tests.waiting import wait_for_async
 
-pytestmark = pytest.mark.integration
-
 
 def test_ready_then_stop_leaves_no_process(tmp_path):
     settings = engine_settings()

@@ -22,8 +22,6 @@ import pytest
 from studio.backend.bench.plan import PlanCheck, drifted
 from tests.conftest import MODEL_DIR
 
-pytestmark = pytest.mark.integration
-
 # Short videos, one engine thread per replica: 1x1 holds one core, 2x1 both.
 SHAPE = ["--tier", "256p", "--frames", "9", "--steps", "4"]
 ENGINE = ["--model", str(MODEL_DIR), "--engine-threads", "1"]

@@ -12,14 +12,11 @@ from pathlib import Path
 
 import httpx
 import psutil
-import pytest
 from gradio_client import Client
 
 from studio.ui.file_guard import BROWSER_COOKIE
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
 COOKIE = "PRIVATEcookieR4t_Yq8-Zm3Wx"

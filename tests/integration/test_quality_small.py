@@ -14,8 +14,6 @@ import pytest
 from benchmarks.quality import GROUND_TRUTH, evaluate
 from studio.config import SMALL_MODEL_DIR, TINY_WAN_DIR
 
-pytestmark = pytest.mark.integration
-
 COLOR_BOUND = 0.95
 DIRECTION_BOUND = 0.85
 COUNT_BOUND = 0.90

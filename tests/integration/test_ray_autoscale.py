@@ -23,7 +23,7 @@ from studio.backend.servers.supervisor import ManagedServer, ServerState
 from tests.conftest import engine_settings
 from tests.waiting import wait_for, wait_for_async
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 BATCH = 8  # requests of one run; a replica has 8 in-flight slots, so the rest of the load waits in the studio
 QUEUE_PER_REPLICA = 2.0

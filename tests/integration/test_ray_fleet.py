@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 
 from studio.backend.servers import ray_cluster  # noqa: E402  (after the skip: it needs ray)
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 def descendants() -> list[psutil.Process]:

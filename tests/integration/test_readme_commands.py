@@ -19,8 +19,6 @@ from studio.backend.servers.launchers import LaunchSpec
 from studio.backend.servers.supervisor import ManagedServer
 from studio.config import PROJECT_ROOT
 
-pytestmark = pytest.mark.integration
-
 README = PROJECT_ROOT / "README.md"
 COMMANDS_PAGE = PROJECT_ROOT / "docs" / "cli.md"
 # Where command lines are documented: the README's walk-through, then every docs page (in ```bash blocks).

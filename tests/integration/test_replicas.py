@@ -6,8 +6,6 @@ import asyncio
 import os
 import signal
 
-import pytest
-
 from studio.backend.clients.router import EndpointPool
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.run import Run
@@ -15,8 +13,6 @@ from studio.backend.runs.spec import RunSpec
 from studio.backend.runs.store import OutputStore
 from tests.conftest import MODEL_NAME, start_engine
 from tests.waiting import wait_for_async
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_dead_replica_is_skipped_and_comes_back(tmp_path):

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from gradio_client import Client
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import log_tail, wait_for
-
-pytestmark = pytest.mark.integration
 
 
 def test_requests_waiting_at_a_restart_with_new_settings_go_to_the_new_engine(tmp_path):

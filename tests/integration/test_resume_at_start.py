@@ -8,13 +8,10 @@ from __future__ import annotations
 import signal
 import sqlite3
 
-import pytest
 from gradio_client import Client
 
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 ALICE = ("alice", "alice-pass")
 AT_A_SERVER = ("queued", "running")

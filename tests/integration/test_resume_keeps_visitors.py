@@ -8,7 +8,6 @@ import asyncio
 import signal
 import sqlite3
 
-import pytest
 from gradio_client import Client
 
 from studio.backend.controller import StudioController
@@ -17,8 +16,6 @@ from studio.backend.visitors import Visitor
 from studio.config import StudioSettings
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 ALICE, BOB = Visitor("user:alice", "alice"), Visitor("user:bob", "bob")  # as the page names them
 

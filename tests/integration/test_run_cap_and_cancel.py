@@ -10,7 +10,6 @@ import sqlite3
 import time
 
 import httpx
-import pytest
 from gradio_client import Client
 
 from studio.backend.controller import StudioController
@@ -20,8 +19,6 @@ from studio.backend.visitors import Visitor
 from studio.config import StudioSettings
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import LoopLag, wait_for
-
-pytestmark = pytest.mark.integration
 
 LARGE = 5000
 # What a GET to the studio may take while the run is cancelled; the freeze it replaces lasted 15 s.

@@ -30,8 +30,6 @@ from studio.ui import handlers
 from tests.conftest import engine_settings, start_engine
 from tests.waiting import wait_for, wait_for_async
 
-pytestmark = pytest.mark.integration
-
 PROMPT = "a red circle moving left on a white background"
 # Hop-by-hop headers, and those httpx has already acted on (the body comes decoded, whole).
 NOT_PASSED_ON = {"host", "content-length", "transfer-encoding", "content-encoding", "connection"}

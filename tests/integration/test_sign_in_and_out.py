@@ -18,8 +18,6 @@ from gradio_client import Client
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 ACCOUNTS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw", "dave": "dave-pw"}
 WRONG = "not-the-password-77e1"
 RUN_TIMEOUT_S = 240.0

@@ -9,8 +9,6 @@ from gradio_client import Client
 
 from tests.browser.conftest import start_studio, stop_studio
 
-pytestmark = pytest.mark.integration
-
 WRONG = "not-the-password-41c9"
 
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 5
 # The crowd's minutes, the studio's start and warm-up, the last runs' drain and the report, with room to spare.

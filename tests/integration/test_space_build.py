@@ -27,8 +27,6 @@ from gradio_client import Client
 from studio.backend.servers.supervisor import free_port
 from tests.waiting import log_tail, wait_for, wait_for_page
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 600  # each pip install; a warm pip cache needs about a minute, a cold one a few
 START_TIMEOUT_S = 180

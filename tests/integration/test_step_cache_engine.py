@@ -19,8 +19,6 @@ from studio.engine.generator import VideoGenerator
 from studio.engine.step_cache import StepCacheMode, StepCachePolicy
 from tests.conftest import SMALL
 
-pytestmark = pytest.mark.integration
-
 TAYLOR = StepCachePolicy(StepCacheMode.TAYLOR, interval=2, warm_fraction=0.2, final_steps=1)
 
 

@@ -16,8 +16,6 @@ from studio.ui import bench_view, figures, gallery, handlers, tables
 from tests.conftest import MODEL_NAME, engine_settings
 from tests.waiting import wait_for_async
 
-pytestmark = pytest.mark.integration
-
 FORM = {
     "prompts": "a red circle\na blue square",
     "negative_prompt": "",

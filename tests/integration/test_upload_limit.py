@@ -26,8 +26,6 @@ from studio.ui.file_guard import BROWSER_COOKIE, VisitorBook
 from studio.ui.upload_limit import UNUSED_UPLOAD_S, UploadCaps, UploadLedger, UploadLimit
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 
-pytestmark = pytest.mark.integration
-
 MB = 2**20
 
 

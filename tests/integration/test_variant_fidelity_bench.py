@@ -10,11 +10,7 @@ import math
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import WAN_DIR
-
-pytestmark = pytest.mark.integration
 
 # Four steps: the step cache's schedule (the first two, one in every two, the last) skips the third.
 SMALL = ["--tier", "256p", "--aspect", "1:1", "--frames", "5", "--steps", "4", "--requests", "2"]

@@ -14,8 +14,6 @@ from gradio_client import Client
 
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 
-pytestmark = pytest.mark.integration
-
 ACCOUNTS = {"alice": "pw1", "bob": "pw2"}
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}
 RUN_TIMEOUT_S = 240.0

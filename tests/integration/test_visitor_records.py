@@ -24,8 +24,6 @@ from gradio_client import Client
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 ACCOUNTS = {"bob": "bob-pass", "olga": "olga-pass"}
 RUN_TIMEOUT_S = 240.0
 QUICK = {"tier": "256p", "aspect": "1:1", "frames": 5, "steps": 2, "seed": "1", "seed_policy": "fixed"}

@@ -375,7 +375,6 @@ def test_each_job_of_a_batch_gets_its_own_previews(engines):
     assert first.data != second.data  # their own seeds: their own images
 
 
-@pytest.mark.integration  # its second rank is a process of its own, on loopback
 def test_with_guidance_split_across_two_ranks_rank_0_makes_the_previews():
     parallel = ParallelSettings(2, 1, start_timeout_s=60.0, collective_timeout_s=60.0)
     generator = VideoGenerator(str(TINY_WAN_DIR), device="cpu", threads=1, parallel=parallel)

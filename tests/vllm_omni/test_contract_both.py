@@ -15,7 +15,7 @@ from tests.conftest import start_engine
 from tests.vllm_omni.conftest import API_KEY
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 SMALL = {"prompt": "a red circle", "size": "64x64", "num_frames": "5", "num_inference_steps": "2"}
 LONG = {"prompt": "a long job", "size": "256x256", "num_frames": "33", "num_inference_steps": "40"}
 

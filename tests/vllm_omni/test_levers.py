@@ -15,7 +15,7 @@ from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing, vllm_o
 from studio.ui.server_tab import lever_visibility
 from tests.vllm_omni.conftest import VLLM, vllm_settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 # The server's own parser, built as `vllm serve --omni` builds it, reading an argv without starting anything.
 PARSE = """

@@ -30,7 +30,7 @@ from tests.conftest import WAN_DIR
 from tests.vllm_omni.conftest import API_KEY, VLLM, start_vllm, vllm_settings
 from tests.waiting import wait_for_async
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 
 

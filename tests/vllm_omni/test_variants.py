@@ -12,7 +12,7 @@ from studio.backend.bench.variants import Variant, VariantError, check_variants
 from tests.conftest import WAN_DIR
 from tests.vllm_omni.conftest import VLLM, vllm_settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_a_variant_with_a_flag_vllm_omni_lacks_is_refused_before_any_server_starts(tmp_path):
