@@ -491,8 +491,8 @@ class PageSettings(BaseModel):
     host: str = Field(title="Host", default="127.0.0.1", description="address the page binds")
     port: int = Field(title="Port", default=7860, ge=1, le=65535, description="port of the page")
     share: bool = Field(title="Share link", default=False, description="a public link through Gradio's tunnel")
-    default_tier: Literal["256p", "480p", "720p"] = Field(
-        title="Default tier", default="256p", description="the page's tier at start"
+    default_tier: tiers.Tier = Field(
+        title="Default tier", default=tiers.DEFAULT_TIER, description="the page's tier at start"
     )
     default_frames: int | None = Field(
         title="Default frames",

@@ -16,6 +16,9 @@ Aspect = Literal["1:1", "4:3", "3:4", "16:9", "9:16"]
 
 TIERS: tuple[Tier, ...] = ("256p", "480p", "720p")
 ASPECTS: tuple[Aspect, ...] = ("16:9", "9:16", "1:1", "4:3", "3:4")
+# What a request asks where it names no tier or aspect (the page's form, the CLI, the API, the bench, a RunSpec).
+DEFAULT_TIER: Tier = "256p"
+DEFAULT_ASPECT: Aspect = "16:9"
 
 SIZES: dict[str, dict[str, tuple[int, int]]] = {
     "256p": {"1:1": (256, 256), "4:3": (320, 256), "3:4": (256, 320), "16:9": (320, 192), "9:16": (192, 320)},

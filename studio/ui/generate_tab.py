@@ -77,7 +77,7 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
     }
     with gr.Row():
         form["tier"] = gr.Radio(list(tiers.TIERS), value=settings.default_tier, label="Tier", elem_id="tier")
-        form["aspect"] = gr.Dropdown(list(tiers.ASPECTS), value="16:9", label="Aspect", elem_id="aspect")
+        form["aspect"] = gr.Dropdown(list(tiers.ASPECTS), value=tiers.DEFAULT_ASPECT, label="Aspect", elem_id="aspect")
     defaults = controller.run_defaults(settings.default_tier)  # what a run asks where the form says nothing
     with gr.Row():
         # Limits are checked by the back end, which says what is wrong in the status line.

@@ -113,7 +113,7 @@ def form_problems(controller: StudioController, form: dict[str, Any]) -> dict[st
         parse_seed(form.get("seed"))
     except ValueError as exc:
         found["seed"] = str(exc)
-    tier, aspect = str(form.get("tier")), str(form.get("aspect") or "16:9")
+    tier, aspect = str(form.get("tier")), str(form.get("aspect") or tiers.DEFAULT_ASPECT)
     if tier not in tiers.TIERS:
         found["tier"] = f"unknown tier {tier!r}; choose one of {', '.join(tiers.TIERS)}"
     elif aspect not in tiers.ASPECTS:
@@ -178,7 +178,7 @@ def build_spec(form: dict[str, Any], controller: StudioController) -> RunSpec:
     empty takes the engine's defaults (RunSpec.resolved), and the run is checked as a whole (its size, its shape,
     what the wire contract limits, such as the negative prompt's length) without building its requests."""
     prompts = [line for line in str(form.get("prompts") or "").splitlines()]
-    tier, aspect = str(form.get("tier")), str(form.get("aspect") or "16:9")
+    tier, aspect = str(form.get("tier")), str(form.get("aspect") or tiers.DEFAULT_ASPECT)
     tiers.size_for(tier, aspect)  # an unknown tier or aspect is named before anything reads it
     spec = RunSpec(
         prompts=prompts or [""],

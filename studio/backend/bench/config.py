@@ -16,7 +16,7 @@ from studio.backend.runs.problems import describe, field_bounds
 from studio.backend.runs.spec import MAX_CONCURRENCY
 from studio.backend.servers.layouts import Layout, parse_layouts
 from studio.protocol import InferenceSteps
-from studio.tiers import DEFAULT_STEPS, TIERS, Aspect, normalize_frames
+from studio.tiers import DEFAULT_ASPECT, DEFAULT_STEPS, DEFAULT_TIER, TIERS, Aspect, normalize_frames
 
 MAX_BENCH_REQUESTS = 1000
 DEFAULT_PROMPTS = [
@@ -59,11 +59,11 @@ class BenchConfig(BaseModel):
         json_schema_extra={"flags": ("--concurrency",)},
     )
     tiers: list[str] = Field(
-        default_factory=lambda: ["256p"],
+        default_factory=lambda: [DEFAULT_TIER],
         description=f"resolution tiers, one cell each: {', '.join(TIERS)} (default: 256p)",
         json_schema_extra={"flags": ("--tier",)},
     )
-    aspect: Aspect = Field(default="16:9", description="aspect ratio of every video")
+    aspect: Aspect = Field(default=DEFAULT_ASPECT, description="aspect ratio of every video")
     frames: int | None = Field(
         default=None,
         description="frames per video, checked against every tier (default: the engine's, as a run of the page or "

@@ -117,7 +117,7 @@ def _whole_number_range(name: str, tier: object) -> tuple[int, int]:
         return 1, MAX_CONCURRENCY
     if name == "steps":
         return MIN_STEPS, MAX_STEPS
-    most = tiers.MAX_FRAMES.get(str(tier or "256p"), max(tiers.MAX_FRAMES.values()))
+    most = tiers.MAX_FRAMES.get(str(tier or tiers.DEFAULT_TIER), max(tiers.MAX_FRAMES.values()))
     return tiers.MIN_FRAMES, most
 
 
@@ -132,8 +132,8 @@ class RunSpec(BaseModel):
 
     prompts: list[str] = Field(min_length=1)
     negative_prompt: str | None = None
-    tier: str = "256p"
-    aspect: str = "16:9"
+    tier: str = tiers.DEFAULT_TIER
+    aspect: str = tiers.DEFAULT_ASPECT
     frames: int | None = None
     fps: int | None = None
     steps: InferenceSteps | None = None
