@@ -10,9 +10,10 @@ from __future__ import annotations
 from studio.backend.access import AccessError, AccessPolicy, on_space
 from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
 from studio.backend.bench.fleets import plan_bench
-from studio.backend.bench.plan import CapacityPlan, devices_text, make_plan, plan_lines, read_report, write_plan
+from studio.backend.bench.plan import CapacityPlan, devices_text, make_plan, plan_lines, read_report
 from studio.backend.bench.plan_inputs import DEFAULT_ATTAINMENT, PlanInputs
 from studio.backend.bench.plan_model import PlanError
+from studio.backend.bench.plan_plot import write_plan
 from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
 from studio.backend.bench.variants import VariantError, server_flags
 from studio.backend.controller import RunTooLarge, StudioController

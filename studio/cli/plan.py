@@ -50,7 +50,8 @@ def _flag(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from studio.backend.bench.plan import PlanError, devices_text, make_plan, plan_lines, read_report, write_plan
+    from studio.backend.bench.plan import PlanError, devices_text, make_plan, plan_lines, read_report
+    from studio.backend.bench.plan_plot import write_plan
     from studio.backend.runs.problems import describe, field_bounds
 
     command = PlanCommand(**model_values(args, PlanCommand))

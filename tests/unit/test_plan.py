@@ -23,9 +23,9 @@ from studio.backend.bench.plan import (
     verify_config,
     verify_labels,
     verify_requests,
-    write_plan,
 )
 from studio.backend.bench.plan_model import PlanError, fleet_models
+from studio.backend.bench.plan_plot import write_plan
 from studio.backend.bench.plan_sim import SimFleet, simulate, steady_state
 
 # ---- the simulation against the formulas -------------------------------------------------------------------------

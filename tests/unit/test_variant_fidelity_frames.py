@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from studio.backend.bench.cells import CellResult
 from studio.backend.bench.fidelity import DifferenceSum, compare_videos, frame_difference, reencode_difference
-from studio.backend.bench.runner import CellResult
 from studio.backend.bench.variant_fidelity import Figures, baseline_of, compare_variants
 from studio.backend.bench.variants import Variant, baseline_variant
 from studio.backend.runs.request_state import RequestState, RequestView

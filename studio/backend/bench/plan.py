@@ -401,18 +401,6 @@ def plan_lines(plan: CapacityPlan) -> list[str]:
     return lines
 
 
-def write_plan(plan: CapacityPlan, out: Path) -> tuple[Path, Path]:
-    """plan.json and plan.png in `out`."""
-    from studio.backend.bench.plan_plot import plan_figure
-
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / PLAN_FILE
-    path.write_text(plan.model_dump_json(indent=2))
-    plot = out / PLAN_PLOT
-    plan_figure(plan).savefig(plot)
-    return path, plot
-
-
 def read_report(path: Path) -> dict[str, Any]:
     """A bench's report.json; PlanError where it cannot be read as one."""
     try:

@@ -1,8 +1,11 @@
-"""The plan's figure: predicted attainment (the share of requests within the SLO) against the arrival rate, a line
-per fleet, with the attainment asked, the rate asked and each fleet's capacity marked. Drawn as the bench's other
-figures are (studio/plots.py, pareto_plot.py): their colours, markers and type sizes."""
+"""The plan as files: plan.json, and its figure (plan.png), predicted attainment (the share of requests within the
+SLO) against the arrival rate, a line per fleet, with the attainment asked, the rate asked and each fleet's capacity
+marked. Drawn as the bench's other figures are (studio/plots.py, pareto_plot.py): their colours, markers and type
+sizes."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import matplotlib
 
@@ -10,7 +13,7 @@ matplotlib.use("Agg")  # no display anywhere: render to images only
 from matplotlib.figure import Figure
 
 from studio.backend.bench.pareto_plot import FLEET_COLORS, FRONT_COLOR, LABEL_SIZE, LEGEND_SIZE, MARKERS, SLO_COLOR
-from studio.backend.bench.plan import CapacityPlan
+from studio.backend.bench.plan import PLAN_FILE, PLAN_PLOT, CapacityPlan
 
 
 def plan_figure(plan: CapacityPlan) -> Figure:
@@ -60,3 +63,13 @@ def plan_figure(plan: CapacityPlan) -> Figure:
     ax.set_title(f"{plan.tier}: predicted attainment vs rate")
     ax.legend(fontsize=LEGEND_SIZE, loc="lower left")
     return fig
+
+
+def write_plan(plan: CapacityPlan, out: Path) -> tuple[Path, Path]:
+    """plan.json and plan.png in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / PLAN_FILE
+    path.write_text(plan.model_dump_json(indent=2))
+    plot = out / PLAN_PLOT
+    plan_figure(plan).savefig(plot)
+    return path, plot

@@ -20,8 +20,7 @@ import json
 import platform
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from studio import plots
+from studio.backend.bench.cells import CellResult
 from studio.backend.bench.config import BenchConfig
 from studio.backend.bench.fleets import (
     Fleet,
@@ -42,15 +42,16 @@ from studio.backend.bench.fleets import (
 )
 from studio.backend.bench.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.bench.pareto_plot import pareto_figure
-from studio.backend.bench.plan import CapacityPlan, PlanError, check_plan, make_plan, write_plan
+from studio.backend.bench.plan import CapacityPlan, PlanError, check_plan, make_plan
 from studio.backend.bench.plan_inputs import PlanInputs
+from studio.backend.bench.plan_plot import write_plan
 from studio.backend.bench.variant_fidelity import baseline_of, compare_variants
 from studio.backend.clients.router import EndpointPool
 from studio.backend.engine_kinds import engine_kind
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.run import Run
 from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
-from studio.backend.runs.stats import LatencySummary, RequestSample, summarize
+from studio.backend.runs.stats import RequestSample, summarize
 from studio.backend.runs.store import OutputStore
 from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.launchers import LaunchError
@@ -63,83 +64,6 @@ from studio.csv_cells import write_csv_rows
 PARETO_PLOT = "pareto.png"
 
 
-@dataclass
-class CellResult:
-    tier: str
-    guardrails: bool
-    concurrency: int
-    endpoints: int
-    summary: LatencySummary
-    views: list[RequestView]
-    server_metrics: list[dict[str, Any]]
-    fleet: Fleet | None = None  # None: the endpoints the bench was given
-    nodes: list[str] | None = None  # on Ray: the node each replica of the fleet ran on
-
-    def fleet_columns(self) -> dict[str, Any]:
-        """Which fleet the cell ran on, and its throughput per device (GPU, or CPU core on a CPU)."""
-        if self.fleet is None:
-            return {}
-        per_min = self.summary.throughput_per_min
-        where = {"cluster": "ray", "nodes": ", ".join(self.nodes or [])} if self.fleet.on_ray else {}
-        return {
-            "layout": str(self.fleet.layout),
-            "replicas": self.fleet.layout.replicas,
-            "width": self.fleet.layout.width,
-            "variant": self.fleet.variant.name,
-            **where,
-            "devices": self.fleet.devices,
-            "device_kind": self.fleet.device_kind,
-            "videos_per_min_per_device": None if per_min is None else per_min / self.fleet.devices,
-        }
-
-    def row(self) -> dict[str, Any]:
-        s = self.summary
-        e2el = [
-            v.timings.latency_s for v in self.views if v.state is RequestState.DONE and v.timings.latency_s
-        ]  # sent to done
-        duration = s.duration_s or 0.0
-        good = (s.goodput or 0.0) * s.count if s.goodput is not None else None
-        fleet = self.fleet_columns()
-        return {
-            **{key: fleet[key] for key in ("layout", "variant") if key in fleet},
-            "tier": self.tier,
-            "guardrails": self.guardrails,
-            "concurrency": self.concurrency,
-            "endpoints": self.endpoints,
-            "completed": s.completed,
-            "failed": s.failed,
-            "latency_mean_s": s.latency_mean_s,
-            "latency_p50_s": s.latency_p50_s,
-            "latency_p90_s": s.latency_p90_s,
-            "latency_p95_s": s.latency_p95_s,
-            "latency_p99_s": s.latency_p99_s,
-            "latency_max_s": s.latency_max_s,
-            "studio_wait_mean_s": s.studio_wait_mean_s,
-            "queue_wait_mean_s": s.queue_wait_mean_s,
-            "inference_mean_s": s.inference_mean_s,
-            "download_mean_s": s.download_mean_s,
-            "server_latency_mean_s": s.server_latency_mean_s,
-            "server_latency_p50_s": s.server_latency_p50_s,
-            "server_latency_p90_s": s.server_latency_p90_s,
-            "server_latency_p99_s": s.server_latency_p99_s,
-            "videos_per_min": s.throughput_per_min,
-            "in_flight_s": s.in_flight_s,
-            "goodput": s.goodput,
-            "slo_s": s.slo_s,
-            **{key: value for key, value in fleet.items() if key not in ("layout", "variant")},
-            # vLLM-Omni's diffusion benchmark names, so figures compare.
-            "duration": duration,
-            "request_throughput": s.completed / duration if duration else None,
-            "request_goodput": good / duration if duration and good is not None else None,
-            "mean_e2el_ms": None if s.server_latency_mean_s is None else s.server_latency_mean_s * 1000,
-            "median_e2el_ms": None if s.server_latency_p50_s is None else s.server_latency_p50_s * 1000,
-            "p99_e2el_ms": None if s.server_latency_p99_s is None else s.server_latency_p99_s * 1000,
-            "std_e2el_ms": float(_std(e2el)) * 1000 if e2el else None,
-            "server_running_max": max((m.get("running") or 0 for m in self.server_metrics), default=None),
-            "server_waiting_max": max((m.get("waiting") or 0 for m in self.server_metrics), default=None),
-        }
-
-
 def arrived(view: RequestView, closed_loop: bool) -> RequestSample:
     """A request's figures from its arrival. At a request rate it arrives when it is submitted, and its wait in the
     studio (for a slot) is part of its latency. In a closed loop the bench holds each request back until one in
@@ -149,12 +73,6 @@ def arrived(view: RequestView, closed_loop: bool) -> RequestSample:
         return view.sample()
     timings = dataclasses.replace(view.timings, created=view.timings.sent)
     return RequestSample.of(str(view.state), view.tier, timings, view.finished_at)
-
-
-def _std(values: Sequence[float]) -> float:
-    import numpy as np
-
-    return float(np.std(values))
 
 
 def poisson_arrivals(count: int, rate: float, rng: random.Random) -> list[float]:

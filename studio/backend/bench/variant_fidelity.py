@@ -21,8 +21,8 @@ from studio.backend.bench.variants import Variant, baseline_variant
 from studio.backend.runs.request_state import RequestState, RequestView
 
 if TYPE_CHECKING:
+    from studio.backend.bench.cells import CellResult
     from studio.backend.bench.fleets import Fleet
-    from studio.backend.bench.runner import CellResult
 
 # The summary's column, as the report's cells name it, and its figures, each a key of its own.
 COLUMN = "vs_baseline"
