@@ -94,8 +94,3 @@ class BatchItem:
 # Called once per item of a batch, as soon as that item is finished: its output, or the exception that ended
 # it (GenerationCancelled for a cancelled one).
 ResultCallback = Callable[[int, "GenerationOutput | BaseException"], None]
-
-
-def raise_if_error(result: GenerationOutput | BaseException) -> None:
-    if isinstance(result, BaseException):
-        raise result

@@ -1,6 +1,6 @@
 """The Generate tab's figures as DataFrames for Gradio's native plots: latency distribution, request timeline,
 throughput while in flight. Cheap to rebuild on every change; the browser draws them (Vega-Lite) and makes them
-interactive. The PNGs `omni-studio bench` writes to disk are studio/plots.py's.
+interactive. The PNGs `omni-studio bench` writes to disk are studio/backend/bench/plots.py's.
 
 They show the latest run by default, or the whole session; time axes count seconds of work in flight
 (stats.InFlightClock), so idle gaps between runs take no room. Latency runs from pressing Generate to the video in
@@ -165,12 +165,6 @@ def timeline_bars(views: list[RequestView]) -> pd.DataFrame:
     frame = pd.DataFrame(records, columns=[REQUEST, REQUEST_ID, PHASE, SECONDS, LASTED])
     rank = {phase: index for index, phase in enumerate(last_first)}
     return frame.sort_values(PHASE, key=lambda column: column.map(rank), kind="stable", ignore_index=True)
-
-
-def throughput_frame(board: RequestBoard, scope: Visitor | None = None, span: str = LATEST_RUN) -> pd.DataFrame:
-    """Videos per minute while in flight, from the first submit up to each moment: it ends at the statistics'
-    figure for the same requests (LatencySummary.throughput_per_min)."""
-    return throughput_curve(span_views(board, scope, span))
 
 
 def throughput_curve(views: list[RequestView]) -> pd.DataFrame:

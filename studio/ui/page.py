@@ -23,7 +23,7 @@ from studio.ui.server_tab import build_server_tab
 
 UPLOADS_KEPT = (600, 3600)  # every 10 minutes, what is older than an hour
 
-# The page's look: shades of the blue the bench's plots draw inference in (studio/plots.py), compact spacing, the
+# The page's look: shades of the blue the bench's plots draw inference in (studio/backend/bench/plots.py), compact spacing, the
 # font Gradio serves itself (no font from the internet). "stop" buttons (Cancel all) are outlined, not filled: the
 # Generate button is the one filled action of its tab.
 STUDIO_BLUE = gr.themes.Color(

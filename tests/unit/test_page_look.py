@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from studio import plots
+from studio.backend.bench import plots
 from studio.ui.file_links import PLAYER_MAX_HEIGHT, FileLinks
 from studio.ui.page import THEME
 from studio.ui.tables import decimals

@@ -1,10 +1,10 @@
-"""The bench's Pareto plot is drawn in the bench's other figures' colours and type sizes (studio/plots.py)."""
+"""The bench's Pareto plot is drawn in the bench's other figures' colours and type sizes (studio/backend/bench/plots.py)."""
 
 from __future__ import annotations
 
 from matplotlib.colors import to_hex
 
-from studio import plots
+from studio.backend.bench import plots
 from studio.backend.bench.pareto import recommend
 from studio.backend.bench.pareto_plot import FLEET_COLORS, LEGEND_SIZE, SLO_COLOR, pareto_figure
 from tests.unit.test_pareto import cell

@@ -1,7 +1,7 @@
 """The bench's Pareto plot (PNG, matplotlib like the bench's other figures): p90 latency vs videos/min per
 device, one panel per tier, a marker per fleet (layout x variant) at each concurrency, the Pareto set joined,
 the SLO drawn, the recommended cell ringed. Drawn in the colours and type sizes of the bench's other figures
-(studio/plots.py), which are the page's own plots' colours."""
+(studio/backend/bench/plots.py), which are the page's own plots' colours."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # no display anywhere: render to images only
 from matplotlib.figure import Figure
 
 from studio.backend.bench.pareto import Recommendation, Row, fronts, group_of
-from studio.plots import FAILED_COLOR, INFERENCE_COLOR, OTHER_COLOR, QUEUE_COLOR
+from studio.backend.bench.plots import FAILED_COLOR, INFERENCE_COLOR, OTHER_COLOR, QUEUE_COLOR
 
 MARKERS = "osD^v<>pPX*h"
 # A fleet's colour: the figures' inference blue and queue amber first, then muted tones beside them; the marker

@@ -1,6 +1,6 @@
 """The plan as files: plan.json, and its figure (plan.png), predicted attainment (the share of requests within the
 SLO) against the arrival rate, a line per fleet, with the attainment asked, the rate asked and each fleet's capacity
-marked. Drawn as the bench's other figures are (studio/plots.py, pareto_plot.py): their colours, markers and type
+marked. Drawn as the bench's other figures are (studio/backend/bench/plots.py, pareto_plot.py): their colours, markers and type
 sizes."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from studio import plots
+from studio.backend.bench import plots
 from studio.backend.bench.cells import CellResult
 from studio.backend.bench.config import BenchConfig
 from studio.backend.bench.fleets import (

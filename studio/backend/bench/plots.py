@@ -63,20 +63,6 @@ def _figure(width: float = 6.0, height: float = 3.2) -> tuple[Figure, plt.Axes]:
     return fig, fig.add_subplot()
 
 
-def latency_histogram(latencies: Sequence[float], p50: float | None = None, p90: float | None = None) -> Figure:
-    fig, ax = _figure()
-    if latencies:
-        ax.hist(latencies, bins=min(30, max(5, len(latencies) // 2)), color=INFERENCE_COLOR, alpha=0.85)
-        for value, name in ((p50, "p50"), (p90, "p90")):
-            if value is not None:
-                ax.axvline(value, color="black", linestyle="--", linewidth=1)
-                ax.text(value, ax.get_ylim()[1] * 0.95, f" {name}", va="top")
-    ax.set_xlabel("latency (s), from the submit to the video")
-    ax.set_ylabel("requests")
-    ax.set_title("Latency distribution")
-    return fig
-
-
 def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
     """One bar per request on one time axis: waiting in the studio, queue wait, inference, download, so
     concurrency shows and each bar ends where its latency does."""
@@ -105,18 +91,6 @@ def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
         legend["failed"] = FAILED_COLOR
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in legend.values()]
     ax.legend(handles, list(legend), loc="lower right", fontsize=7)
-    return fig
-
-
-def throughput_over_time(series: Sequence[tuple[float, float]]) -> Figure:
-    """stats.throughput_so_far's series: videos/min while in flight up to each moment."""
-    fig, ax = _figure()
-    if series:
-        xs, ys = zip(*series, strict=True)
-        ax.plot(xs, ys, color=INFERENCE_COLOR)
-    ax.set_xlabel("seconds in flight (idle gaps left out)")
-    ax.set_ylabel("videos / min while in flight")
-    ax.set_title("Throughput while in flight, so far")
     return fig
 
 
