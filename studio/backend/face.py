@@ -17,6 +17,7 @@ from studio.backend.bench.plan_plot import write_plan
 from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
 from studio.backend.bench.variants import VariantError, server_flags
 from studio.backend.controller import RunTooLarge, StudioController
+from studio.backend.doctor import collect_report
 from studio.backend.engine_kinds import MANAGED_ENGINES, engine_kind
 from studio.backend.guest_arrivals import GuestArrivals
 from studio.backend.runs.board import RequestBoard
@@ -92,6 +93,7 @@ __all__ = [
     "bench_pool",
     "cell_grid",
     "check_image_file",
+    "collect_report",
     "count_range",
     "describe",
     "devices_text",

@@ -1,4 +1,4 @@
-"""`omni-studio doctor`: what this machine offers for video generation (studio/doctor.py gathers it)."""
+"""`omni-studio doctor`: what this machine offers for video generation (studio/backend/doctor.py gathers it)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def register(sub: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.doctor import collect_report, format_report
+    from studio.backend.doctor import collect_report, format_report
 
     report = collect_report(studio_settings(args))
     print(json.dumps(report, indent=2) if args.json else format_report(report))

@@ -21,6 +21,7 @@ from studio.backend.face import (
     ServerState,
     StudioController,
     VariantError,
+    collect_report,
     engine_kind,
     levers_missing,
     scrape,
@@ -29,7 +30,6 @@ from studio.backend.face import (
     warmup_state,
 )
 from studio.config import EngineMode, ServerLevers, SharingSettings, StudioSettings
-from studio.doctor import collect_report
 from studio.ui import handlers
 from studio.ui.identity import PageAccess
 from studio.ui.markdown import markdown_code, markdown_text

@@ -56,6 +56,24 @@ def test_the_page_reaches_the_back_end_through_its_face_alone():
     assert {path: names for path, names in beyond.items() if names} == {}
 
 
+# What the page may import of the studio beside the face and its own modules: the ground floor, which holds no back end.
+PAGE_GROUND = {"studio.config", "studio.tiers", "studio.protocol", "studio.grammar", "studio.csv_cells"}
+
+
+def test_the_page_imports_nothing_of_the_studio_around_the_face():
+    """No module of the page reaches the back end through a module beside it (as the doctor once did)."""
+    graph = import_graph()
+    around = {
+        name: sorted(
+            found for found in imported if not found.startswith("studio.ui") and found not in {FACE, *PAGE_GROUND}
+        )
+        for name, imported in graph.items()
+        if name.startswith("studio.ui.")
+    }
+    assert len(around) > 20
+    assert {name: found for name, found in around.items() if found} == {}
+
+
 def test_the_face_names_only_what_it_imports():
     import studio.backend.face as face
 
