@@ -65,8 +65,9 @@ def test_the_studio_answers_while_a_large_run_is_cancelled(tmp_path, monkeypatch
     database = studio.outputs / "history.sqlite3"
     try:
         operator = Client(studio.url, verbose=False)
-        lines = "\n".join(f"a red circle moving left, take {i}" for i in range(LARGE))
-        status = operator.predict(prompts=lines, copies=1, concurrency=1, **SLOW, api_name="/generate")
+        # A prompts field holds at most 64 KB: the run's size comes from its copies.
+        lines = "\n".join(f"a red circle moving left, take {i}" for i in range(LARGE // 50))
+        status = operator.predict(prompts=lines, copies=50, concurrency=1, **SLOW, api_name="/generate")
         assert status.startswith(f"queued {LARGE} requests"), status
         wait_for(lambda: at_the_engine(database), "the run's first request to reach the engine", 120)
 
