@@ -29,6 +29,7 @@ ACCOUNTS = {"alice": "pw1", "bob": "pw2", "carol": "pw3"}
 CAP = 8  # visitor_max_calls_in_flight's default
 WAITS = 45
 LIGHT_CALL_S = 2.0
+LIGHT_CALL_TRIES = 3
 LONG_POLL_S = 30.0  # /wait_run answers within about this, whatever timeout_s asks
 RUN_TIMEOUT_S = 240.0
 SMALL = {"tier": "256p", "aspect": "1:1", "frames": 9, "steps": 4, "seed": "1"}
@@ -146,7 +147,10 @@ def try_to_freeze(
     began = time.monotonic()
     answers = held_waits(owner, run["run_id"], WAITS)
     for other in others:
-        assert light_call_s(other) < LIGHT_CALL_S, "a light call was slow while one visitor held waits"
+        # The quickest of a few calls, all made while the waits are held: a frozen studio makes every one of them slow
+        # (26 s before the cap), a machine busy with other work only some.
+        quickest = min(light_call_s(other) for _ in range(LIGHT_CALL_TRIES))
+        assert quickest < LIGHT_CALL_S, f"a light call took {quickest:.1f} s while one visitor held waits"
     accepted = [answer for answer in answers if answer.status_code == 200]
     refused = [answer for answer in answers if answer.status_code == 429]
     assert len(accepted) + len(refused) == WAITS, [answer.status_code for answer in answers]
