@@ -297,6 +297,7 @@ def test_a_shape_never_seen_says_no_estimate_yet():
 
     class OneRun:
         def __init__(self, views):
+            self.id = "run_x"
             self.views = views
             self.visitor = LOCAL_OPERATOR
 

@@ -56,13 +56,14 @@ class RequestBoard:
         self.finished_count = 0
         self.finished_runs_count = 0
         self._finished_ids: set[str] = set()  # of those: one look-up, not a walk through the list
-        self._counted_runs: set[str] = set()
+        self._unfinished: dict[str, int] = {}  # run id -> its requests not yet ended (each update costs the same)
         self._inference_by_shape: dict[tuple, deque[float]] = defaultdict(lambda: deque(maxlen=ESTIMATE_SAMPLES))
         self._names: dict[str, str] = {}  # visitor id -> the name they go by: what an owner column shows
 
     def add_run(self, run: Run) -> None:
         run.add_listener(self._on_update)
         self.runs.append(run)
+        self._unfinished[run.id] = sum(1 for view in run.views if not view.state.finished)
         self._names[run.visitor.id] = run.visitor.name
         self._forget_oldest_finished()
         self.version += 1
@@ -75,14 +76,15 @@ class RequestBoard:
             self.finished_count += 1
             if view.state is RequestState.DONE and _server_s(view):
                 self._inference_by_shape[view.shape_key].append(_server_s(view))
-            run = next((run for run in reversed(self.runs) if run.id == view.run_id), None)
-            if run is not None and run.finished and run.id not in self._counted_runs:
-                self._counted_runs.add(run.id)
-                self.finished_runs_count += 1
+            left = self._unfinished.get(view.run_id)
+            if left:
+                self._unfinished[view.run_id] = left - 1
+                if left == 1:
+                    self.finished_runs_count += 1
 
     def _forget_oldest_finished(self) -> None:
         """Past max_finished_runs finished runs, the oldest go from memory (History keeps them)."""
-        finished = [run for run in self.runs if run.finished]
+        finished = [run for run in self.runs if self._unfinished.get(run.id) == 0]
         extra = len(finished) - self.max_finished_runs
         if extra <= 0:
             return
@@ -90,7 +92,8 @@ class RequestBoard:
         self.runs = [run for run in self.runs if run.id not in gone]
         self.finished_order = [view for view in self.finished_order if view.run_id not in gone]
         self._finished_ids = {view.id for view in self.finished_order}
-        self._counted_runs -= gone
+        for run_id in gone:
+            del self._unfinished[run_id]
 
     # ---- reading -----------------------------------------------------------------------------------
     def views(self, visitor: Visitor | None = None) -> list[RequestView]:
