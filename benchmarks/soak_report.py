@@ -116,14 +116,15 @@ def growth_by_process(
 ) -> list[dict[str, Any]]:
     """`key`'s growth within each process (the engine restarts: a new process is a new baseline): over the whole
     minutes it lived through (every sample of the minute from it), from its first whole minute plus the window's
-    offset to its last whole minute."""
+    offset to its last whole minute. A minute counts its lowest sample: what the process keeps between requests
+    (a request's own working memory comes and goes, and a busy minute's median would be mostly that)."""
     lived: dict[int, list[tuple[int, float]]] = {}
     for m in range(1, window[1] + 1):
         inside = [s for s in samples if (m - 1) * 60.0 <= s["at_s"] < m * 60.0]
         pids = {s.get(pid_key) for s in inside}
         values = [s[key] for s in inside if s.get(key) is not None]
         if len(pids) == 1 and None not in pids and values:
-            lived.setdefault(pids.pop(), []).append((m, round(statistics.median(values), 1)))
+            lived.setdefault(pids.pop(), []).append((m, round(min(values), 1)))
     found = []
     for pid, series in lived.items():
         first = series[min(window[0] - 1, len(series) - 1)]
