@@ -20,7 +20,8 @@ Checks (benchmarks/soak_report.py), each pass/fail in DIR/report.json, the faile
   database);
 - memory_growth / open_files_growth: the studio's RSS (open files) from minute 10 to minute 60 (from a sixth of a
   shorter run to its end) grows by at most 10% (open files: or 8 descriptors); so does each engine process's, over
-  the whole minutes it lived (the restart starts a new one), from the same offset into its life to its end;
+  the whole minutes it lived (the restart starts a new one), from the same offset into its life (past its first,
+  warm-up minute) to its end;
 - light_calls: each minute's p99 of /run_status and /history is within --light-p99-s (2 s);
 - no_traceback: neither the studio's log nor the engine's (under the outputs folder) holds a traceback;
 - operator: the sharing change, its undo and the restart were applied;

@@ -117,7 +117,9 @@ def growth_by_process(
     """`key`'s growth within each process (the engine restarts: a new process is a new baseline): over the whole
     minutes it lived through (every sample of the minute from it), from its first whole minute plus the window's
     offset to its last whole minute. A minute counts its lowest sample: what the process keeps between requests
-    (a request's own working memory comes and goes, and a busy minute's median would be mostly that)."""
+    (a request's own working memory comes and goes, and a busy minute's median would be mostly that). The offset is
+    at least one minute: a new engine's first minute is its warm-up (the first request of each shape allocates what
+    later ones reuse); a process that lived no whole minute past it has no growth to judge (None)."""
     lived: dict[int, list[tuple[int, float]]] = {}
     for m in range(1, window[1] + 1):
         inside = [s for s in samples if (m - 1) * 60.0 <= s["at_s"] < m * 60.0]
@@ -127,7 +129,7 @@ def growth_by_process(
             lived.setdefault(pids.pop(), []).append((m, round(min(values), 1)))
     found = []
     for pid, series in lived.items():
-        first = series[min(window[0] - 1, len(series) - 1)]
+        first = series[min(max(window[0] - 1, 1), len(series) - 1)]
         last = series[-1]
         share = round((last[1] - first[1]) / first[1], 4) if last[0] > first[0] and first[1] else None
         found.append({"pid": pid, "minutes": (first[0], last[0]), "from": first[1], "to": last[1], "growth": share})

@@ -33,8 +33,9 @@ LIGHT_CALL_TRIES = 3
 LONG_POLL_S = 30.0  # /wait_run answers within about this, whatever timeout_s asks
 RUN_TIMEOUT_S = 240.0
 SMALL = {"tier": "256p", "aspect": "1:1", "frames": 9, "steps": 4, "seed": "1"}
-# Stays unfinished for minutes on a quiet machine (one request at a time, each of 200 steps); cancelled at the end.
-HOLD = {"tier": "256p", "aspect": "1:1", "frames": 33, "steps": 200, "seed": "1", "copies": 12}
+# Stays unfinished for minutes (one request at a time, each of 200 steps on 81 frames of 480p, twelve of them), far
+# past one long-poll on a machine several times quicker than this one; cancelled at the end.
+HOLD = {"tier": "480p", "aspect": "1:1", "frames": 81, "steps": 200, "seed": "1", "copies": 12}
 SUBMIT_FIELDS = {  # /submit_run's parameters in order, with their defaults
     "prompts": "",
     "tier": "256p",
