@@ -12,19 +12,12 @@ import os
 import signal
 import sys
 from types import ModuleType
-from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from studio.cli.exits import EXIT_USAGE, fail
 from studio.settings_flags import validation_text
 from studio.startup import private_files
-
-
-class Subcommands(Protocol):
-    """What `ArgumentParser.add_subparsers` returns: where each command adds its parser."""
-
-    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
 def _commands() -> dict[str, ModuleType]:

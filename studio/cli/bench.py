@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from studio.backend.bench.config import BenchConfig, BenchConfigError, parse_bench_config
-from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE, fail
 from studio.cli.studio_flags import add_engine_flags, add_group_flags, studio_settings
+from studio.cli.subcommands import Subcommands
 from studio.config import ClientSettings, FleetSettings
 from studio.settings_flags import add_model_flags, flag_names, model_values
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from studio.cli import Subcommands
 from studio.cli.studio_flags import add_studio_flags, studio_settings
+from studio.cli.subcommands import Subcommands
 
 
 def register(sub: Subcommands) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from studio.cli import Subcommands
+from studio.cli.subcommands import Subcommands
 from studio.config import EngineSettings
 from studio.settings_flags import add_model_flags
 

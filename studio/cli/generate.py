@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from studio import tiers
 from studio.backend.engine_kinds import EMBEDDED, engine_kind
-from studio.cli import Subcommands
 from studio.cli.exits import EXIT_FAILED, EXIT_USAGE
 from studio.cli.studio_flags import add_engine_flags, add_group_flags, add_studio_flags, studio_settings
+from studio.cli.subcommands import Subcommands
 from studio.config import ClientSettings, FleetSettings
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from studio.backend.bench.plan_inputs import PlanInputs
-from studio.cli import Subcommands
 from studio.cli.exits import EXIT_USAGE, fail
+from studio.cli.subcommands import Subcommands
 from studio.settings_flags import add_model_flags, flag_names, model_values
 
 TABLE_COLUMNS = ("fleet", "devices", "p50 s", "p90 s", "within SLO", "most videos/min")

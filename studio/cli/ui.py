@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from studio.cli import Subcommands
 from studio.cli.studio_flags import add_engine_flags, add_group_flags, studio_settings
+from studio.cli.subcommands import Subcommands
 from studio.config import ENGINE_GROUPS, SETTINGS_GROUPS
 
 

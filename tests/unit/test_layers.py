@@ -173,18 +173,6 @@ REMAINING = {
             "studio.engine.warmup",
         }
     ),
-    # the commands and the package that dispatches to them
-    frozenset(
-        {
-            "studio.cli",
-            "studio.cli.bench",
-            "studio.cli.doctor",
-            "studio.cli.engine",
-            "studio.cli.generate",
-            "studio.cli.plan",
-            "studio.cli.ui",
-        }
-    ),
 }
 
 
