@@ -16,16 +16,17 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from studio.engine.generation_types import BatchItem, DecodeSkipped, GenerationOutput, GenerationParams
+from studio.engine.generation_types import BatchItem, DecodeSkipped, GenerationOutput, GenerationParams, ResultCallback
 from studio.engine.vae_decode import decode_chunk, decode_group_sizes, pick_vae_memory_format
 
 if TYPE_CHECKING:
-    from studio.engine.generator import VideoGenerator
+    from studio.engine.batching import BatchBuckets
+    from studio.engine.gpu.gpu_setup import GpuSetup
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,48 @@ def _compile_counters() -> Counter[str]:
     return Counter({name: inductor[name] for name in names})
 
 
+class WarmedGenerator(Protocol):
+    """What a warm-up drives: rank 0's generator (studio.engine.generator.VideoGenerator), which tells its other
+    ranks each call that changes what they run."""
+
+    device: str
+    pipe: Any
+    gpu: GpuSetup
+    buckets: BatchBuckets
+    vae_channels_last: bool | None  # None: not picked yet
+    warmup_seconds: dict[str, float]  # what each run took, by name
+
+    @property
+    def batched_loop(self) -> bool: ...
+
+    def on_device_thread(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    def native_size(self, width: int, height: int) -> tuple[int, int]: ...
+
+    def set_max_batch(self, max_batch: int) -> None: ...
+
+    def set_vae_layout(self, channels_last: bool) -> None: ...
+
+    def record_shapes(self) -> None: ...
+
+    def capture_graphs(self) -> int: ...
+
+    def fall_back_to_eager(self) -> None: ...
+
+    def generate(self, params: GenerationParams) -> GenerationOutput: ...
+
+    def generate_batch(self, items: Sequence[BatchItem], on_result: ResultCallback) -> None: ...
+
+    def forget_prompts(self, prefix: str) -> None: ...
+
+    def save_compile_cache(self) -> None: ...
+
+
 class Warmup:
     """The warm-up of one engine start: `sizes` at every batch size up to `max_batch`. Runs on the
     generator's device thread (its methods hand themselves over)."""
 
-    def __init__(self, generator: VideoGenerator, sizes: Sequence[Size], max_batch: int = 1):
+    def __init__(self, generator: WarmedGenerator, sizes: Sequence[Size], max_batch: int = 1):
         self.generator = generator
         self.sizes = list(sizes)
         self.max_batch = max(1, max_batch)

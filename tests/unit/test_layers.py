@@ -160,19 +160,6 @@ def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 REMAINING = {
     # settings <-> the engine kinds' records <-> the launchers (the lookup of an engine kind inside settings)
     frozenset({"studio.config", "studio.backend.engine_kinds", "studio.backend.servers.launchers"}),
-    # the engine's generator and its parallel ranks, through imports for types
-    frozenset(
-        {
-            "studio.engine.denoise",
-            "studio.engine.generator",
-            "studio.engine.parallel.follower_main",
-            "studio.engine.parallel.leader",
-            "studio.engine.parallel.rank",
-            "studio.engine.parallel.split_decode",
-            "studio.engine.vae_decode",
-            "studio.engine.warmup",
-        }
-    ),
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import sqlite3
 import time
@@ -101,6 +102,7 @@ class Run:
         self._arrival_queue: list[RequestView] | None = None  # at a request rate: those still to arrive, last first
         self._cancel_reasons: dict[str, tuple[RequestState, str]] = {}
         self._updates: asyncio.Queue[RequestView | None] = asyncio.Queue()
+        self._followed = False  # whether anyone has read its updates: else they are let go when it ends
         self._slots = asyncio.Semaphore(spec.concurrency)
         self._main: asyncio.Task | None = None
         self._listeners: list[Callable[[RequestView], None]] = []
@@ -139,7 +141,9 @@ class Run:
     # ---- control -----------------------------------------------------------------------------------
     def start(self) -> asyncio.Task:
         if self._main is None:
-            self._main = asyncio.create_task(self._execute(), name=self.id)
+            # In a context of its own: the caller's (a page event's, which holds its HTTP request and connection)
+            # would live as long as the run is kept.
+            self._main = asyncio.create_task(self._execute(), name=self.id, context=contextvars.Context())
         return self._main
 
     async def wait(self) -> list[RequestView]:
@@ -162,7 +166,8 @@ class Run:
         return self.views
 
     async def updates(self) -> AsyncIterator[RequestView]:
-        """Each change of any request, until the run is over."""
+        """Each change of any request, until the run is over (from its start, where read before it ended)."""
+        self._followed = True
         self.start()
         while True:
             view = await self._updates.get()
@@ -320,6 +325,9 @@ class Run:
                 while self._writes:
                     await asyncio.gather(*self._writes, return_exceptions=True)
         finally:
+            if not self._followed:
+                # Nobody reads them: a run kept for the page would otherwise hold one entry per change.
+                self._updates = asyncio.Queue()
             self._updates.put_nowait(None)
 
     def _next_to_start(self) -> RequestView | None:

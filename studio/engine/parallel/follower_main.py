@@ -1,6 +1,7 @@
 """A follower rank's process (its main, which the leader's side, studio.engine.parallel.leader, spawns): join the
 ranks, load the same pipeline on its own device with the generator class the leader sent, then run what the leader
-runs, told over its pipe, until told to stop or the leader is gone."""
+runs, told over its pipe, until told to stop or the leader is gone. What it is started with (`FollowerSpec`) and
+what it asks of the generator it runs (`FollowerGenerator`) are declared here, so the generator is never imported."""
 
 from __future__ import annotations
 
@@ -9,19 +10,61 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from studio.engine.generation_types import GenerationParams
 from studio.engine.parallel.groups import join, set_collective_environment
 from studio.engine.parallel.layout import RankLayout
 from studio.engine.parallel.messages import Message
 from studio.engine.parallel.rank import OutOfStep, ParallelRank
-
-if TYPE_CHECKING:
-    from studio.engine.generator import VideoGenerator
-    from studio.engine.parallel.leader import FollowerSpec
+from studio.engine.parallel.settings import ParallelSettings
 
 log = logging.getLogger(__name__)
+
+
+class FollowerGenerator(Protocol):
+    """The generator a follower rank runs (studio.engine.generator.VideoGenerator, made from the class the leader
+    sends): loaded once, then each of the leader's calls between batches, and its part of every batch."""
+
+    def load(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def follow_batch(self, params: Sequence[GenerationParams]) -> None: ...
+
+    def set_max_batch(self, max_batch: int) -> None: ...
+
+    def record_shapes(self) -> None: ...
+
+    def capture_graphs(self) -> int: ...
+
+    def graphs_off(self) -> None: ...
+
+    def fall_back_to_eager(self) -> None: ...
+
+    def forget_prompts(self, prefix: str) -> None: ...
+
+    def save_compile_cache(self) -> None: ...
+
+    def set_vae_layout(self, channels_last: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class FollowerSpec:
+    """What a follower needs to stand up its rank (sent to its process, so plain values only; the generator's
+    class travels by its name)."""
+
+    rank: int
+    port: int
+    parallel: ParallelSettings
+    model: str
+    device: str
+    # The leader's generator class: the follower makes one of its own, with the rank it joined as `rank`.
+    generator_class: Callable[..., FollowerGenerator]
+    generator_options: dict[str, Any] = field(default_factory=dict)  # the generator's keyword arguments
 
 
 def _exit_with_leader(leader_pid: int) -> None:
@@ -74,7 +117,7 @@ def run_follower(spec: FollowerSpec, leader: Connection) -> None:
     os._exit(0)
 
 
-def follow(generator: VideoGenerator, leader: Connection) -> None:
+def follow(generator: FollowerGenerator, leader: Connection) -> None:
     """Run the leader's calls in its order; return when told to stop or when the leader's pipe closes."""
     while True:
         try:

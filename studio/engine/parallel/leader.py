@@ -8,13 +8,12 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
 
-from studio.engine.parallel.follower_main import run_follower
+from studio.engine.parallel.follower_main import FollowerGenerator, FollowerSpec, run_follower
 from studio.engine.parallel.groups import free_port, join, set_collective_environment
 from studio.engine.parallel.layout import RankLayout
 from studio.engine.parallel.messages import Kind, Message
@@ -26,20 +25,6 @@ log = logging.getLogger(__name__)
 
 class FollowerLost(RuntimeError):
     """A follower exited, failed to start, or stopped answering: the engine cannot run across its ranks."""
-
-
-@dataclass(frozen=True)
-class FollowerSpec:
-    """What a follower needs to stand up its rank (sent to its process, so plain values only; the generator's
-    class travels by its name)."""
-
-    rank: int
-    port: int
-    parallel: ParallelSettings
-    model: str
-    device: str
-    generator_class: Callable[..., Any]  # the leader's VideoGenerator: the follower makes one of its own
-    generator_options: dict[str, Any] = field(default_factory=dict)  # VideoGenerator's keyword arguments
 
 
 class Followers:
@@ -158,7 +143,7 @@ def start_leader(
     parallel: ParallelSettings,
     model: str,
     device: str,
-    generator_class: Callable[..., Any],
+    generator_class: Callable[..., FollowerGenerator],
     options: dict[str, Any],
 ) -> ParallelRank:
     """Rank 0: start ranks 1.. (each makes a `generator_class` of `model` with the generator's `options` and loads

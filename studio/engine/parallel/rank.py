@@ -4,7 +4,7 @@ sequence group, the guidance exchange, and keeping the followers in step with th
 from __future__ import annotations
 
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -13,12 +13,24 @@ from studio.engine.parallel.layout import RankLayout
 from studio.engine.parallel.messages import Kind, Message
 from studio.engine.parallel.sequence import SequenceGroup
 
-if TYPE_CHECKING:
-    from studio.engine.parallel.leader import Followers
-
 
 class OutOfStep(RuntimeError):
     """A follower was told something other than what its loop expects: the ranks no longer run in step."""
+
+
+class FollowerLink(Protocol):
+    """Rank 0's hold on its followers' processes (studio.engine.parallel.leader.Followers, which starts them): what
+    the leader's rank and its generator ask of them (`send` and `expect` raise FollowerLost where one is gone)."""
+
+    def send(self, message: Message) -> None: ...
+
+    def expect(self, kind: Kind, timeout_s: float) -> list[Any]: ...
+
+    def fail(self, reason: str) -> None: ...
+
+    def tell_stop(self) -> None: ...
+
+    def wait_stopped(self, timeout_s: float) -> None: ...
 
 
 class ParallelRank:
@@ -28,7 +40,7 @@ class ParallelRank:
     def __init__(
         self,
         groups: RankGroups,
-        followers: Followers | None = None,
+        followers: FollowerLink | None = None,
         leader: Connection | None = None,
         split_decode: bool = True,
     ):
