@@ -30,6 +30,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from studio.engine_levers import StepCacheName
+
 # ---- defaults and limits ------------------------------------------------------------------------------------
 DEFAULT_FPS = 24
 DEFAULT_SECONDS = 4  # OpenAI's videos API default, used when neither num_frames nor seconds is sent
@@ -299,7 +301,7 @@ class EngineExtraParams(BaseModel):
         "off). The engine's own switch; never passed to the pipeline.",
     )
 
-    step_cache: Literal["off", "reuse", "taylor"] | None = Field(
+    step_cache: StepCacheName | None = Field(
         default=None,
         description="This request's step cache (the server's --step-cache where not sent): off computes every "
         "step; reuse and taylor skip some and estimate them. The engine's own; never passed to the pipeline.",

@@ -1,6 +1,6 @@
 """argparse options built from the fields of a pydantic model, so that a setting's flag, type, choices, default and
-help are declared once, on the field (studio/config.py, studio/backend/bench/config.py); the CLI and the engine's
-own `python -m studio.engine` both make their flags here.
+help are declared once, on the field (studio/settings/, studio/backend/bench/config.py); the CLI and the engine's
+own `python -m studio.engine` both make their flags here, and a launcher gives a setting to a server's flag here.
 
 A field's flag is `--` + its name in kebab case, or the names its `json_schema_extra` lists under "flags". A list
 field takes one comma-separated value (the model's validator splits it), or, where `json_schema_extra` says
@@ -26,6 +26,12 @@ class ArgumentContainer(Protocol):
     """A parser or an argument group of one."""
 
     def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
+
+
+def flags(*names: str) -> dict[str, object]:
+    """The command-line names of a field, where its kebab-case name is not (or not only) the flag: the field's
+    `json_schema_extra`."""
+    return {"flags": names}
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -106,6 +112,21 @@ def model_values(
         if value is not None:
             values[name] = value
     return values
+
+
+def flag_args(name: str, field: FieldInfo, value: Any) -> list[str]:
+    """The arguments that give `value` to the field's flag, as a parser of add_model_flags reads them: a switch as
+    --x or --no-x, a list as one comma-separated value (or the flag once per item, where it says "repeat")."""
+    flag = flag_names(name, field)[0]
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + flag.removeprefix("--")]
+    if isinstance(value, SecretStr):
+        raise ValueError(f"{name} is a secret: it goes in the environment, never in arguments")
+    if isinstance(value, list | tuple):
+        if _extra(field).get("repeat"):
+            return [part for item in value for part in (flag, str(item))]
+        return [flag, ",".join(str(item) for item in value)]
+    return [flag, str(value)]
 
 
 def validation_text(exc: ValidationError) -> str:

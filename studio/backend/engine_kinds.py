@@ -5,24 +5,27 @@ depends on the kind reads these attributes (`engine_kind(settings).managed`, `.c
 comparing engine names.
 
 Light on purpose: the CLI reads it before anything heavy is imported, so the client and launcher classes are named
-here and imported on first use. config.py declares the names (`EngineMode`); it imports this module only inside
-the functions that need a record, as this one imports config.
+here and imported on first use. The settings declare the names (`EngineMode`), and which of them the studio starts
+(`ManagedEngineMode`: the settings check a scaling fleet by it); they import nothing of the back end.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
+from pydantic import SecretStr
+
 from studio import tiers
-from studio.config import EngineMode, ServerLevers, StudioSettings
 from studio.protocol import DEFAULT_FPS
+from studio.settings import EngineMode, ManagedEngineMode, ServerLevers, StudioSettings
 
 if TYPE_CHECKING:
     from studio.backend.clients.vllm_omni import ServerClient
-    from studio.backend.servers.launchers import Launcher
+    from studio.backend.servers.launch_spec import Launcher
 
 # ---- what the studio says where a server cannot ------------------------------------------------------------
 TEXT_TO_VIDEO_ONLY = "the embedded engine's models are text-to-video: it takes no image (neither an upload nor a URL)"
@@ -179,7 +182,6 @@ class EngineKind:
     """One kind of engine, as the studio deals with it."""
 
     name: EngineMode
-    managed: bool  # the studio starts its servers (else they run already and are given by --url)
     label: str  # how the studio names it in a line: "embedded engine", "Cosmos Framework servers"
     client_path: str  # "module:Class" of the client that speaks its contract (imported on first use)
     capabilities: Capabilities
@@ -192,8 +194,13 @@ class EngineKind:
     # Its servers read every server lever (vLLM-Omni's serve flags); else only its replica's degrees.
     reads_serve_levers: bool = False
 
+    @property
+    def managed(self) -> bool:
+        """The studio starts its servers (else they run already and are given by --url)."""
+        return self.name in get_args(ManagedEngineMode)
+
     def levers(self) -> tuple[str, ...]:
-        """The server levers (studio.config.ServerLevers' fields) its servers read; none for servers the studio
+        """The server levers (studio.settings.ServerLevers' fields) its servers read; none for servers the studio
         does not start."""
         if self.replica is None:
             return ()
@@ -246,7 +253,6 @@ VLLM_OMNI_CAPABILITIES = Capabilities(
 
 EMBEDDED = EngineKind(
     name="embedded",
-    managed=True,
     label="embedded engine",
     client_path=VIDEO_CLIENT,
     capabilities=Capabilities(
@@ -272,7 +278,6 @@ EMBEDDED = EngineKind(
 )
 VLLM_OMNI = EngineKind(
     name="vllm-omni",
-    managed=True,
     label="vllm-omni engine",
     client_path=VIDEO_CLIENT,
     capabilities=VLLM_OMNI_CAPABILITIES,
@@ -290,7 +295,6 @@ VLLM_OMNI = EngineKind(
 )
 REMOTE = EngineKind(
     name="remote",
-    managed=False,
     label="remote servers",
     client_path=VIDEO_CLIENT,
     capabilities=VLLM_OMNI_CAPABILITIES,
@@ -298,7 +302,6 @@ REMOTE = EngineKind(
 )
 COSMOS_FRAMEWORK = EngineKind(
     name="cosmos-framework",
-    managed=False,
     label="Cosmos Framework servers",
     client_path="studio.backend.clients.cosmos_framework:CosmosFrameworkClient",
     capabilities=Capabilities(
@@ -315,8 +318,8 @@ COSMOS_FRAMEWORK = EngineKind(
 )
 
 KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (EMBEDDED, VLLM_OMNI, REMOTE, COSMOS_FRAMEWORK)}
-if set(KINDS) != set(get_args(EngineMode)):  # config's names and these records go together
-    raise RuntimeError(f"engine kinds {sorted(KINDS)} differ from config.EngineMode {sorted(get_args(EngineMode))}")
+if set(KINDS) != set(get_args(EngineMode)):  # the settings' names and these records go together
+    raise RuntimeError(f"engine kinds {sorted(KINDS)} differ from the settings' {sorted(get_args(EngineMode))}")
 
 # The engines whose servers the studio starts and stops itself, and those whose servers are given by --url.
 MANAGED_ENGINES = tuple(name for name, kind in KINDS.items() if kind.managed)
@@ -345,3 +348,14 @@ def kind_of_job(job_id: str | None) -> EngineKind | None:
 def client_class_for(engine: StudioSettings | str) -> type[ServerClient]:
     """The client class for `engine`'s servers."""
     return engine_kind(engine).client_class
+
+
+def with_engine_key(settings: StudioSettings) -> StudioSettings:
+    """The settings a managed engine (the embedded one, or vLLM-Omni started by the studio) is started with: where
+    the user gave no API key, a random one made now (a new one at each call), so that its server answers the studio
+    alone and no other local process lists or downloads the visitors' videos. The studio hands it to the server
+    through VLLM_API_KEY in its environment, as a given key, and uses it in its own clients; it is never printed nor
+    put on a command line. Settings of servers the studio does not start, or with a key, are returned as they are."""
+    if settings.api_key is not None or not engine_kind(settings).managed:
+        return settings
+    return settings.model_copy(update={"api_key": SecretStr(secrets.token_urlsafe(32))})

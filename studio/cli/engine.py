@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from studio.cli.subcommands import Subcommands
-from studio.config import EngineSettings
+from studio.settings import EngineSettings
 from studio.settings_flags import add_model_flags
 
 

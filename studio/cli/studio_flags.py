@@ -6,17 +6,14 @@ import argparse
 
 from pydantic import BaseModel
 
-from studio.config import ENGINE_GROUPS, StudioSettings, load_settings
+from studio.settings import ENGINE_GROUPS, StudioSettings, load_settings
 from studio.settings_flags import ArgumentContainer, add_model_flags, model_values
 
 
 def add_group_flags(parser: argparse.ArgumentParser, group: type[BaseModel]) -> None:
-    """Every field of a settings group (studio.config.SETTINGS_GROUPS), as an argument group of its title."""
-    add_model_flags(
-        parser.add_argument_group(group.group_title, description=group.__doc__),
-        StudioSettings,
-        tuple(group.model_fields),
-    )
+    """Every field of a settings group (studio.settings.SETTINGS_GROUPS), as an argument group of its title: the
+    fields StudioSettings is made of, so that studio_settings reads them back."""
+    add_model_flags(parser.add_argument_group(group.group_title, description=group.__doc__), group)
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ import sys
 
 from pydantic import ValidationError
 
-from studio.config import EngineSettings
+from studio.settings import EngineSettings
 from studio.settings_flags import add_model_flags, model_values, validation_text
 from studio.startup import collector_paused, private_files
 

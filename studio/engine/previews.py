@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from studio.engine_levers import DEFAULT_PREVIEW_INTERVAL_S
+
 log = logging.getLogger(__name__)
 
 # The long side of a preview in pixels: enough to see what the video is becoming, a few kilobytes as WebP.
@@ -35,7 +37,7 @@ class PreviewSettings:
     """The server's previews: whether it makes them, and the least time between two of one job."""
 
     enabled: bool = True
-    interval_s: float = 0.5
+    interval_s: float = DEFAULT_PREVIEW_INTERVAL_S
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from studio.config import DEFAULT_GPU_WARMUP, EngineSettings
+from studio.settings import DEFAULT_GPU_WARMUP, EngineSettings
 
 if TYPE_CHECKING:
     from studio.engine.gpu.compile_cache import CompileCache

@@ -21,16 +21,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
+
+from studio.engine_levers import StepCacheName
 
 if TYPE_CHECKING:
     import torch
 
-
-class StepCacheMode(StrEnum):
-    OFF = "off"
-    REUSE = "reuse"
-    TAYLOR = "taylor"
+# The modes (OFF, REUSE, TAYLOR), named where the settings and the wire contract name them.
+StepCacheMode = StrEnum("StepCacheMode", [(name.upper(), name) for name in get_args(StepCacheName)])
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from studio.backend.face import (
     warmup_note,
     warmup_state,
 )
-from studio.config import EngineMode, ServerLevers, SharingSettings, StudioSettings
+from studio.config import EMBEDDED_ENGINE, EngineMode, ServerLevers, SharingSettings, StudioSettings
 from studio.ui import handlers
 from studio.ui.identity import PageAccess
 from studio.ui.markdown import markdown_code, markdown_text
@@ -62,7 +62,7 @@ def described(name: str) -> str | None:
 
 
 def titled(name: str) -> str:
-    """A setting's label: its field's title (studio.config), the same words everywhere the setting shows."""
+    """A setting's label: its field's title (studio.settings), the same words everywhere the setting shows."""
     return StudioSettings.model_fields[name].title or name.replace("_", " ")
 
 
@@ -100,7 +100,7 @@ def _choice(settings: StudioSettings, name: str) -> gr.Dropdown:
 
 
 def levers_form(settings: StudioSettings) -> dict[str, gr.Component]:
-    """The server levers (studio.config.ServerLevers, in its order), keyed by StudioSettings' field names: the
+    """The server levers (studio.settings.ServerLevers, in its order), keyed by StudioSettings' field names: the
     degrees as numbers, the choices as menus, the switches as checkboxes; then how the server starts."""
     form: dict[str, gr.Component] = {}
     levers = list(ServerLevers.model_fields)
@@ -147,15 +147,11 @@ def lever_visibility(flags: frozenset[str] | None, why: str = "") -> tuple[dict[
 # What every managed server takes, whatever its engine: how long it may take to start, and its guardrails.
 START_SETTINGS = ("guardrails", "init_timeout_s")
 
-# The embedded engine's own levers (studio.config.EmbeddedEngineSettings; the embedded launcher passes them as the
-# engine's flags), a column each of what goes together: the step cache and its interval, quantization and the
-# attention kernel, previews and their interval. Its device, threads and blocklist say where and how it runs at all,
-# and stay with the command line that starts the studio.
-ENGINE_LEVER_COLUMNS = (
-    ("engine_step_cache", "engine_step_cache_interval"),
-    ("engine_quantization", "engine_attention"),
-    ("engine_previews", "engine_preview_interval_s"),
-)
+# The embedded engine's own levers (studio.settings.embedded; the embedded launcher passes them as the engine's
+# flags), a column each of what goes together: the step cache and its interval, quantization and the attention kernel,
+# previews and their interval. Its device, threads and blocklist say where and how it runs at all, and stay with the
+# command line that starts the studio.
+ENGINE_LEVER_COLUMNS = EMBEDDED_ENGINE.lever_names()
 ENGINE_LEVERS = tuple(name for column in ENGINE_LEVER_COLUMNS for name in column)
 # Narrow enough that the three columns stay side by side on a small laptop (1024 px), as one group of levers.
 ENGINE_LEVER_MIN_WIDTH = 260
@@ -302,7 +298,7 @@ ZERO_IS_NONE = {
 
 
 def sharing_form(settings: StudioSettings) -> dict[str, gr.Component]:
-    """How visitors share the servers (studio.config.SharingSettings, in its order): applied at once, without a
+    """How visitors share the servers (studio.settings.SharingSettings, in its order): applied at once, without a
     restart."""
     form: dict[str, gr.Component] = {}
     names = list(SharingSettings.model_fields)

@@ -117,8 +117,9 @@ def test_nothing_beside_the_studios_own_videos_is_served_to_the_browser(tmp_path
 
 def test_a_program_gets_structured_runs_through_the_api(tmp_path):
     """submit_run answers the run's id and its requests; wait_run answers once it has finished, with each video's
-    path and URL; a refusal is a plain sentence, not the page's Markdown."""
-    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log")
+    path and URL; a refusal is a plain sentence, not the page's Markdown; a run that names no tier takes the
+    studio's default tier."""
+    studio = start_studio(tmp_path / "outputs", tmp_path / "studio.log", "--default-tier", "480p")
     try:
         client = Client(studio.url, verbose=False)
         queued = client.predict(
@@ -153,6 +154,9 @@ def test_a_program_gets_structured_runs_through_the_api(tmp_path):
         with pytest.raises(Exception, match="cannot generate: steps must be from 1 to 200, got 500") as refused:
             client.predict(prompts="a red circle", steps=500, api_name="/submit_run")
         assert "**" not in str(refused.value) and "&#x27;" not in str(refused.value)
+        # 350 frames fit 256p's ceiling, not 480p's: refused for the studio's default tier.
+        with pytest.raises(Exception, match=r"frames must be between \d+ and 300 for 480p, got 350"):
+            client.predict(prompts="a red circle", frames=350, api_name="/submit_run")
         with pytest.raises(Exception, match="no run 'run_nope' of yours"):
             client.predict(run_id="run_nope", api_name="/run_status")
     finally:

@@ -55,6 +55,7 @@ def test_layouts_and_variants_from_the_forms_text():
         ({"requests": 1001}, "requests must be from 1 to 1000, got 1001"),
         ({"warmup": -1}, "warmup must be at least 0, got -1"),
         ({"steps": 500}, "steps must be from 1 to 200, got 500"),
+        ({"seed": 2**63}, "seed must be from 0 to 9223372036854775807, got 9223372036854775808"),
         ({"request_rate": -2}, "request rate must be more than 0, got"),
         ({"aspect": "2:1"}, "aspect must be"),
         ({"concurrency": "1"}, "unknown bench setting 'concurrency'"),

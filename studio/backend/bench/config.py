@@ -15,7 +15,7 @@ from studio.backend.engine_kinds import EMBEDDED
 from studio.backend.runs.problems import describe, field_bounds
 from studio.backend.runs.spec import MAX_CONCURRENCY
 from studio.backend.servers.layouts import Layout, parse_layouts
-from studio.protocol import InferenceSteps
+from studio.protocol import InferenceSteps, Seed
 from studio.tiers import DEFAULT_ASPECT, DEFAULT_STEPS, DEFAULT_TIER, TIERS, Aspect, normalize_frames
 
 MAX_BENCH_REQUESTS = 1000
@@ -101,7 +101,7 @@ class BenchConfig(BaseModel):
     prompts: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PROMPTS), description="prompts, used in turn (default: built-in ones)"
     )
-    seed: int = Field(default=0, ge=0, description="seed of the first request; each next one adds one")
+    seed: Seed = Field(default=0, description="seed of the first request; each next one adds one")
     layouts: list[Layout] = Field(
         default_factory=list,
         description="fleets to compare, REPLICASxWIDTH each, e.g. 1x4,2x2,4x1: replicas side by side behind the "

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from studio.backend.bench.config import BenchConfig
 from studio.backend.bench.variants import Variant, check_variants, serve_args, variants_of
+from studio.backend.engine_kinds import with_engine_key
 from studio.backend.servers import ray_cluster
 from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.layouts import Layout, LayoutError, layout_settings, plan_layout, settings_layout
@@ -22,7 +23,7 @@ from studio.backend.servers.local_fleet import Replica
 from studio.backend.servers.machine import cpu_cores, gpus_found
 from studio.backend.servers.ray_fleet import replica_resources
 from studio.backend.servers.supervisor import ManagedServer
-from studio.config import StudioSettings, with_engine_key
+from studio.config import StudioSettings
 
 # On Ray: how long a fleet waits for Ray to place all its replicas (other work on the cluster holding its GPUs)
 # before it is reported as not started; Ray itself would wait for ever.

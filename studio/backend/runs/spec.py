@@ -31,6 +31,7 @@ from studio.protocol import (
     RANDOM_SEED_BOUND,
     GuidanceScale,
     InferenceSteps,
+    Seed,
     VideoRequest,
 )
 
@@ -139,7 +140,7 @@ class RunSpec(BaseModel):
     steps: InferenceSteps | None = None
     guidance: GuidanceScale | None = None
     flow_shift: float | None = None
-    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    seed: Seed | None = None
     seed_policy: SeedPolicy = SeedPolicy.FIXED
     copies: int = Field(default=1, ge=1, le=MAX_COPIES)
     guardrails: bool = True

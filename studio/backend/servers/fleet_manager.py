@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
-from studio.backend.engine_kinds import EngineKind, engine_kind
+from studio.backend.engine_kinds import EngineKind, engine_kind, with_engine_key
 from studio.backend.servers.autoscale import (
     CHECK_INTERVAL_S,
     Autoscaler,
@@ -37,7 +37,7 @@ from studio.backend.servers.autoscale import (
 )
 from studio.backend.servers.local_fleet import LocalReplicas, Replica, ReplicaMaker
 from studio.backend.servers.supervisor import ManagedServer, ServerState, ServerStatus
-from studio.config import ScalingSettings, StudioSettings, with_engine_key
+from studio.config import ScalingSettings, StudioSettings
 
 if TYPE_CHECKING:
     from studio.backend.clients.router import EndpointPool

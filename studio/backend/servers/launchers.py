@@ -1,7 +1,7 @@
 """How a managed server is started: argv and environment, never a shell.
 
 Two launchers (`Launcher`, one per managed engine kind: studio.backend.engine_kinds names it) share one shape
-(`LaunchSpec`): the embedded engine, and `vllm serve MODEL --omni` (directly, or inside NVIDIA's docker recipe).
+(`LaunchSpec`, studio.backend.servers.launch_spec): the embedded engine, and `vllm serve MODEL --omni` (directly, or inside NVIDIA's docker recipe).
 The API key goes through the environment (VLLM_API_KEY) so it never shows in argv, `ps` or logs.
 """
 
@@ -12,13 +12,13 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.backend.engine_kinds import engine_kind
+from studio.backend.servers.launch_spec import Launcher, LaunchSpec
 from studio.backend.servers.machine import gpus_found
-from studio.config import EmbeddedEngineSettings, StudioSettings
+from studio.settings import EMBEDDED_ENGINE, ExposedEngineSettings, StudioSettings
+from studio.settings_flags import flag_args
 
 INSTALL_HINT = (
     "install vLLM-Omni into an environment (`pip install vllm vllm-omni`, see "
@@ -50,18 +50,6 @@ log = logging.getLogger(__name__)
 
 class LaunchError(ValueError):
     """A server that cannot be started as configured; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    name: str
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)  # added to the studio's environment
-    secret_env: frozenset[str] = frozenset()  # names whose values must never be logged
-
-    def display(self) -> str:
-        """The command as it may be shown: secrets are only ever in env, which is not shown."""
-        return shlex.join(self.argv)
 
 
 def parse_gpus(gpus: str | None) -> list[str] | None:
@@ -240,46 +228,25 @@ def docker_launch(settings: StudioSettings, port: int, gpus: list[str] | None, h
     return LaunchSpec(name="vllm-omni-docker", argv=argv, env=env, secret_env=secrets)
 
 
+def engine_setting_args(settings: StudioSettings, exposed: ExposedEngineSettings = EMBEDDED_ENGINE) -> list[str]:
+    """The engine's flags for the engine settings the studio offers (studio.settings.embedded): each one the settings
+    set away from the engine's default, under the engine's own flag (a switch as --x or --no-x)."""
+    fields = exposed.engine.model_fields
+    return [
+        arg for name, value in exposed.engine_values(settings).items() for arg in flag_args(name, fields[name], value)
+    ]
+
+
 def embedded_launch(
     settings: StudioSettings, port: int, output_dir: Path | None = None, host: str = "127.0.0.1"
 ) -> LaunchSpec:
     """The project's own engine, as a subprocess of the same Python, listening on `host`."""
-    argv = [
-        sys.executable,
-        "-m",
-        "studio.engine",
-        "--model",
-        settings.model,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--device",
-        settings.device,
-        "--blocklist",
-        str(settings.blocklist),
-    ]
+    argv = [sys.executable, "-m", "studio.engine", "--model", settings.model, "--host", host, "--port", str(port)]
     if settings.served_model_name:
         argv += ["--served-model-name", settings.served_model_name]
     if not settings.guardrails:
         argv.append("--no-guardrails")
-    if settings.engine_threads:
-        argv += ["--threads", str(settings.engine_threads)]
-    if not settings.engine_previews:
-        argv.append("--no-previews")
-    if settings.engine_preview_interval_s != EmbeddedEngineSettings.model_fields["engine_preview_interval_s"].default:
-        argv += ["--preview-interval-s", str(settings.engine_preview_interval_s)]
-    if settings.engine_step_cache != "off":
-        argv += [
-            "--step-cache",
-            settings.engine_step_cache,
-            "--step-cache-interval",
-            str(settings.engine_step_cache_interval),
-        ]
-    if settings.engine_quantization != "none":
-        argv += ["--quantization", settings.engine_quantization]
-    if settings.engine_attention != "auto":
-        argv += ["--attention-backend", settings.engine_attention]
+    argv += engine_setting_args(settings)
     # One request across GPUs: the engine's own cfg and sequence parallelism (it has no tensor parallelism). The
     # other vLLM-Omni levers (ring, cache, quantization, attention backend, eager, VAE tiling) have no engine flag.
     if settings.cfg_parallel_size > 1:
@@ -312,16 +279,6 @@ def vllm_omni_help(settings: StudioSettings) -> list[str]:
 
 def embedded_help(settings: StudioSettings) -> list[str]:
     return [sys.executable, "-m", "studio.engine", "--help"]
-
-
-@dataclass(frozen=True)
-class Launcher:
-    """How the studio starts one kind's servers, and asks the installed server for its flags."""
-
-    launch: Callable[[StudioSettings, int, str], LaunchSpec]  # (settings, port, host)
-    help_command: Callable[[StudioSettings], list[str]]
-    # The server's parser reads --max_model_len as --max-model-len, and --a.b as a key of --a (vLLM's).
-    loose_flags: bool
 
 
 EMBEDDED_LAUNCHER = Launcher(

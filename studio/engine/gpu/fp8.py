@@ -31,9 +31,11 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import torch
+
+from studio.engine_levers import QuantizationName
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ MIN_CAPABILITY = (8, 9)
 # A forward with fp8 products must stay within this relative RMS difference of the bf16 forward on a small input
 # (e4m3 keeps 3 mantissa bits: one product's relative error is about 2-3%, and 30 blocks average much of it out).
 MAX_RELATIVE_RMS = 0.15
-QUANTIZATION_CHOICES = ("none", "fp8")
+QUANTIZATION_CHOICES: tuple[str, ...] = get_args(QuantizationName)
 # The kinds of block layers fp8 can take: the attentions' projections, the feed-forward's two.
 LAYER_KINDS = ("attention", "ffn")
 
