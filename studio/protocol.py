@@ -38,7 +38,7 @@ DEFAULT_SECONDS = 4  # OpenAI's videos API default, used when neither num_frames
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 832, 480
 MAX_PROMPT_CHARS = 20_000
 MIN_SIDE, MAX_SIDE = 16, 4096
-MAX_FRAMES = 1025
+MAX_REQUEST_FRAMES = 1025  # any request of the wire contract; a tier has its own ceiling (tiers.TIER_MAX_FRAMES)
 MAX_FPS = 120
 MIN_STEPS, MAX_STEPS = 1, 200
 MIN_GUIDANCE, MAX_GUIDANCE = 0.0, 20.0
@@ -99,7 +99,7 @@ class VideoRequest(BaseModel):
     size: str | None = Field(default=None, description="WIDTHxHEIGHT, e.g. 832x480; wins over width and height.")
     width: FrameSide = Field(default=DEFAULT_WIDTH, description="Frame width in pixels, when size is not sent.")
     height: FrameSide = Field(default=DEFAULT_HEIGHT, description="Frame height in pixels, when size is not sent.")
-    num_frames: int | None = Field(default=None, ge=1, le=MAX_FRAMES, description="Frames to make.")
+    num_frames: int | None = Field(default=None, ge=1, le=MAX_REQUEST_FRAMES, description="Frames to make.")
     fps: int | None = Field(
         default=None, ge=1, le=MAX_FPS, description=f"Frames per second of the video; {DEFAULT_FPS} when not sent."
     )
@@ -166,8 +166,8 @@ class VideoRequest(BaseModel):
         # num_frames or fps missing from the data means they failed their own checks.
         if "fps" in info.data and info.data.get("num_frames", 0) is None:
             frames = int(seconds or DEFAULT_SECONDS) * (info.data["fps"] or DEFAULT_FPS)
-            if frames > MAX_FRAMES:
-                raise _form_error(f"seconds x fps gives {frames} frames; at most {MAX_FRAMES}")
+            if frames > MAX_REQUEST_FRAMES:
+                raise _form_error(f"seconds x fps gives {frames} frames; at most {MAX_REQUEST_FRAMES}")
         return seconds
 
     @field_validator("extra_params", mode="before")

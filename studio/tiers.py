@@ -35,7 +35,7 @@ SIZES: dict[str, dict[str, tuple[int, int]]] = {
 FPS_CHOICES: tuple[int, ...] = (10, 16, 24, 30)  # DEFAULT_FPS (24) is the wire contract's (studio.protocol)
 MIN_FRAMES = 5
 # Frame ceilings of cosmos-framework per tier.
-MAX_FRAMES: dict[str, int] = {"256p": 400, "480p": 300, "720p": 200}
+TIER_MAX_FRAMES: dict[str, int] = {"256p": 400, "480p": 300, "720p": 200}
 # NVIDIA's default is 189 frames (about 7.9 s at 24 fps) for every tier.
 DEFAULT_FRAMES: dict[str, int] = {"256p": 189, "480p": 189, "720p": 189}
 DEFAULT_STEPS = 35
@@ -90,7 +90,7 @@ def normalize_frames(num_frames: int, tier: str) -> int:
 
     Rounding up past the ceiling would exceed the tier's limit, so in that one case it rounds down.
     """
-    ceiling = MAX_FRAMES.get(tier)
+    ceiling = TIER_MAX_FRAMES.get(tier)
     if ceiling is None:
         raise TierError(f"unknown tier {tier!r}; choose one of {', '.join(TIERS)}")
     if not MIN_FRAMES <= num_frames <= ceiling:

@@ -34,7 +34,6 @@ from studio.backend.runs.run import Run
 from studio.backend.runs.spec import RunSpec
 from studio.backend.runs.store import OutputStore
 from studio.backend.servers.fleet_manager import REMOTE_URLS_WHERE, FleetHooks, FleetManager
-from studio.backend.servers.supervisor import ServerState
 from studio.backend.visitors import LOCAL_OPERATOR, OpenPages, Visitor
 from studio.config import SMALL_MODEL_DIR, SharingSettings, StudioSettings
 
@@ -50,11 +49,6 @@ SHARING_FIELDS = tuple(SharingSettings.model_fields)
 
 class RunTooLarge(RuntimeError):
     """A run of more requests than max_run_requests (operators' runs too); the message names the setting."""
-
-
-def _model_name(served: str) -> str:
-    """A served model as a visitor may see it: its last name, not the folder or hub path it was loaded from."""
-    return served.rstrip("/").rsplit("/", 1)[-1] or served
 
 
 # Event loops of closed controllers, stopped with the follow-ups they still held: kept, so that those are neither run
@@ -219,51 +213,6 @@ class StudioController:
         for run in self.board.runs:
             if not run.finished:
                 run.resubmit_unstarted = self.managed and bool(on)
-
-    def engine_summary(self, for_operator: bool = True) -> str:
-        """One line for the page: which engine, and whether it can take work. For operators it says where (server
-        addresses, the layout) and why (start errors, a crash's message); `for_operator=False` gives the same state
-        without addresses, ports, paths or error text: what every visitor's page may show (public_summary)."""
-        fleet = self.fleet
-        served = fleet.served_model if for_operator or not fleet.served_model else _model_name(fleet.served_model)
-        serving = f", serving {served}" if served else ""
-        kind = self.kind.label
-        if not self.managed:
-            if fleet.pool is None:
-                return f"{kind}: not attached"
-            where = ", ".join(self.settings.remote_urls) if for_operator else f"{len(fleet.pool.endpoints)} attached"
-            return f"{kind}: {where}{serving}"
-        if fleet.start_error:
-            if not for_operator:
-                return f"{kind}: failed to start (an operator can see why)"
-            return f"{kind} failed to start: {fleet.start_error}"
-        if len(fleet.servers) > 1 or (self.settings.scales and fleet.servers):
-            states = [server.state for server in fleet.servers]
-            ready = states.count(ServerState.READY)
-            others = ", ".join(
-                f"{states.count(state)} {state}"
-                for state in ServerState
-                if state in states and state is not ServerState.READY
-            )
-            layout = (
-                f"{fleet.layout}: {ready} of {len(states)} ready"
-                if for_operator
-                else (f"{ready} of {len(states)} replicas ready")
-            )
-            return f"{kind}: {layout}" + (f" ({others})" if others else "") + serving
-        status = fleet.server_status()
-        if status is None:
-            return f"{kind}: not started"
-        if status.state is ServerState.STARTING:
-            return f"{kind}: starting ({status.starting_for_s or 0:.0f} s)"
-        if status.state is ServerState.READY:
-            where = f" at {status.url}" if for_operator else ""
-            return f"{kind}: ready{where}{serving} (started in {status.startup_s or 0:.1f} s)"
-        return f"{kind}: {status.state} {status.message}" if for_operator else f"{kind}: {status.state}"
-
-    def public_summary(self) -> str:
-        """The engine's state for every visitor's page: engine_summary without addresses, ports or paths."""
-        return self.engine_summary(for_operator=False)
 
     @property
     def serves_small_model(self) -> bool:

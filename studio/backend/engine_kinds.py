@@ -24,7 +24,7 @@ from studio.protocol import DEFAULT_FPS
 from studio.settings import EngineMode, ManagedEngineMode, ServerLevers, StudioSettings
 
 if TYPE_CHECKING:
-    from studio.backend.clients.vllm_omni import ServerClient
+    from studio.backend.clients.base import ServerClient
     from studio.backend.servers.launch_spec import Launcher
 
 # ---- what the studio says where a server cannot ------------------------------------------------------------
@@ -259,7 +259,7 @@ EMBEDDED = EngineKind(
         real_progress=CAN,
         cancel_stops_work=CAN,
         request_guardrails=CAN,
-        # The engine refuses any reference (studio/engine/api.py).
+        # The engine refuses any reference (studio/engine/serving.py).
         image=ImageInputs(upload=False, url=False, why_not=TEXT_TO_VIDEO_ONLY),
         queue_and_inference=CAN,
         previews=CAN,  # its job's events carry them (docs/compatibility.md)

@@ -49,7 +49,8 @@ from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.servers.layouts import LayoutError
 from studio.backend.servers.metrics import scrape
 from studio.backend.servers.ray_cluster import RayUnavailable
-from studio.backend.servers.supervisor import ManagedServer, ServerState, port_is_free
+from studio.backend.servers.replica import Replica
+from studio.backend.servers.supervisor import ServerState, port_is_free
 from studio.backend.servers.warmup import warmup_note, warmup_state
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 
@@ -73,10 +74,10 @@ __all__ = [
     "LatencyParts",
     "LatencySummary",
     "LayoutError",
-    "ManagedServer",
     "PlanError",
     "PlanInputs",
     "RayUnavailable",
+    "Replica",
     "RequestBoard",
     "RequestState",
     "RequestView",

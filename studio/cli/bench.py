@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -193,9 +193,8 @@ def run(args: argparse.Namespace) -> int:
 
     with collector_paused():
         from rich.console import Console
-        from rich.table import Table
 
-        from studio.backend.bench.fleets import bench_cluster, placement_line, plan_bench
+        from studio.backend.bench.fleets import bench_cluster, plan_bench
         from studio.backend.bench.runner import run_bench
         from studio.backend.bench.variants import VariantError
         from studio.backend.engine_kinds import engine_kind
@@ -246,6 +245,18 @@ def run(args: argparse.Namespace) -> int:
     except (ServerStartError, LaunchError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return EXIT_FAILED
+    _print_report(report, command.out)
+    return 0
+
+
+def _print_report(report: dict[str, Any], out_dir: Path) -> None:
+    """The bench's summary on stdout: a row per cell, the notes, where each fleet ran, fidelity, where the files
+    are, then the verification of a plan or the recommendation (and the plan asked for)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from studio.backend.bench.fleets import placement_line
+
     columns = {name: key for name, key in SUMMARY_COLUMNS.items() if any(key in row for row in report["cells"])}
     table = Table(title="omni-studio bench")
     for name in columns:
@@ -268,16 +279,15 @@ def run(args: argparse.Namespace) -> int:
         for line in report["fidelity"]["summary"]:
             out.print(f"  {line}")
     plots = "*.png" if "fleets" not in report else "*.png, pareto.png"
-    out.print(f"report: {command.out / 'report.json'} (requests.csv, summary.csv, {plots} beside it)")
+    out.print(f"report: {out_dir / 'report.json'} (requests.csv, summary.csv, {plots} beside it)")
     if "verify" in report:
         _print_verification(out, report["verify"])
-        return 0
+        return
     out.print("recommendation:")
     for line in report["recommendation"]:
         out.print(f"  {line}")
     if "plan" in report:
         _print_plan(out, report["plan"])
-    return 0
 
 
 def _differences(plan: CapacityPlan, fleets: list[Fleet]) -> list[str]:

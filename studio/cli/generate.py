@@ -234,7 +234,8 @@ async def _send_and_report(
         from rich.markup import escape
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from studio.backend.clients.vllm_omni import ClientError, load_sdk
+        from studio.backend.clients.base import ClientError
+        from studio.backend.clients.vllm_omni import load_sdk
         from studio.backend.controller import StudioController
         from studio.backend.runs.request_state import RequestState
         from studio.backend.servers.supervisor import ServerStartError

@@ -2,9 +2,9 @@
 
 Every step of a CPU pipeline allocates and frees activations of a few MB. Above glibc's mmap threshold each
 of those is a fresh mmap, and the kernel zeroes its pages on first touch, every step: the project's small
-model spent two thirds of each step there (36 ms against 13 ms with the blocks kept). Raising the mmap
-threshold to its maximum and the trim threshold well above a step's working set keeps the blocks in the heap
-for reuse. What a long-running engine keeps is its peak working set, which it needs again on the next request.
+model spent most of each step there (benchmarks/RESULTS.md, the default model). Raising the mmap threshold to
+its maximum and the trim threshold well above a step's working set keeps the blocks in the heap for reuse. What a
+long-running engine keeps is its peak working set, which it needs again on the next request.
 """
 
 from __future__ import annotations

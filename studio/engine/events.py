@@ -53,10 +53,6 @@ class JobWatch:
             except RuntimeError:  # that follower's loop has closed: it follows nothing any more
                 continue
 
-    def following(self, job_id: str) -> int:
-        with self._lock:
-            return len(self._followers.get(job_id, ()))
-
 
 async def job_events(
     job_id: str,

@@ -11,7 +11,7 @@ import torch
 from studio.engine.generation_types import GenerationOutput, GenerationParams
 from studio.engine.resize import resize_frames
 
-__all__ = ["finished_output", "resize_frames", "to_uint8_frames", "to_uint8_tensor", "to_uint8_video"]
+__all__ = ["finished_output", "resize_frames", "to_uint8_frames", "to_uint8_tensor"]
 
 
 def to_uint8_tensor(video: torch.Tensor) -> torch.Tensor:
@@ -20,11 +20,6 @@ def to_uint8_tensor(video: torch.Tensor) -> torch.Tensor:
     video = (video / 2 + 0.5).clamp(0, 1)  # the pipeline's video processor, in the VAE's dtype
     video = (video.float() * 255.0 + 0.5).to(torch.uint8)
     return video.permute(0, 2, 3, 4, 1).contiguous()
-
-
-def to_uint8_video(video: torch.Tensor) -> np.ndarray:
-    """`to_uint8_tensor`, on the host as numpy."""
-    return to_uint8_tensor(video).cpu().numpy()
 
 
 def to_uint8_frames(frames: Any) -> np.ndarray:

@@ -32,7 +32,7 @@ from studio.engine.device_thread import DeviceThread
 from studio.engine.generation_types import BatchItem, GenerationOutput, GenerationParams, ModelLoadError, ResultCallback
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND
 from studio.engine.gpu.compile_cache import CompileCache
-from studio.engine.gpu.fp8 import Fp8Unavailable, fp8_available
+from studio.engine.gpu.fp8 import Fp8Options, Fp8Unavailable, fp8_available
 from studio.engine.gpu.gpu_setup import GpuSetup
 from studio.engine.gpu.sage import SageUnavailable, sage_problem
 from studio.engine.latent_rgb import LatentRgbMap, map_for_vae
@@ -58,7 +58,8 @@ class VideoGenerator:
 
     `parallel`: run each request on `parallel.world_size` ranks (this generator is rank 0 and starts the
     others at load; the model must then be a directory each rank loads). `rank`: a follower's rank, already
-    joined (studio.engine.parallel.follower_main makes these). `compile_cache`: where start-up work is kept."""
+    joined (studio.engine.parallel.follower_main makes these). `compile_cache`: where start-up work is kept.
+    `fp8_options`: how fp8 runs where `quantization` asks for it (the defaults are what it serves)."""
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class VideoGenerator:
         rank: ParallelRank | None = None,
         compile_cache: CompileCache | None = None,
         quantization: str = "none",
+        fp8_options: Fp8Options = Fp8Options(),
     ):
         self.model = model
         self.device, self.dtype = set_up_device(device, threads)
@@ -89,6 +91,7 @@ class VideoGenerator:
             fused_kernels,
             tune_kernels,
             quantization,
+            fp8_options,
         )
         # What each follower rank is made with (the same settings: every rank compiles the same graphs).
         self._options: dict[str, Any] = {
@@ -101,6 +104,7 @@ class VideoGenerator:
             "fused_kernels": fused_kernels,
             "tune_kernels": tune_kernels,
             "quantization": quantization,
+            "fp8_options": fp8_options,
         }
         self.prompts = PromptEmbeddings(text_cache_size)
         self.buckets = BatchBuckets()
@@ -204,8 +208,8 @@ class VideoGenerator:
                 ) from exc
         if self.gpu.fused_kernels and getattr(self.pipe, "vae", None) is not None:
             # The VAE decode through the fused walk too (each norm, SiLU and causal join in one Triton kernel where
-            # it checks out here, else the norms compiled): 0.57 of the decoder's own forward at 480p on an H200,
-            # 0.71 with the compiled norms (benchmarks/vae_decode_gpu.py).
+            # it checks out here, else the norms compiled): faster than the decoder's own forward either way, the
+            # kernel most (benchmarks/experiments/vae_decode_gpu.py; benchmarks/RESULTS.md, the VAE decode).
             self.fused_vae = vae_fused.install(self.pipe.vae, compiled=self.gpu.compile != "off", kernel=True)
             if self.fused_vae and not (self.rank is not None and self.rank.splits_decode):
                 # The walk's activations are channels-last by construction, so its weights are too: timing the

@@ -113,14 +113,15 @@ class PreviewTarget:
 
 class PreviewEncoder:
     """Scales and encodes previews on its own thread (`workers` > 0), so that the device thread never waits for an
-    image; or on the caller's thread (0), where that costs less than a hand-over: on a CPU the encode takes about a
-    millisecond, and another thread would have to take the interpreter's lock and a core from the loop for it."""
+    image; or on the caller's thread (0), where that costs less than a hand-over: on a CPU the encode is short
+    (benchmarks/RESULTS.md, live previews), and another thread would have to take the interpreter's lock and a core
+    from the loop for it."""
 
     def __init__(self, workers: int = 1):
         self._pool = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine-preview") if workers > 0 else None
         )
-        # The first WebP encode of a process sets up the codec (about 0.1 s): here, not in the first request.
+        # The first WebP encode of a process sets up the codec, a cost of its own: here, not in the first request.
         encode_image(np.zeros((8, 8, 3), dtype=np.uint8), (8, 8))
 
     def submit(self, frames: np.ndarray, targets: Sequence[PreviewTarget], step: int, total: int) -> None:

@@ -4,8 +4,8 @@ diffusers' decoder (`WanDecoder3d`) is mostly 3x3x3 convolutions, and between th
 through memory many times: each RMS norm converts to float32, normalises, converts back, then multiplies by its
 scale, its gain and adds a bias of 0.0 as separate passes; the SiLU is another; each causal convolution joins the
 cached frames of the previous latent frame to its input (a copy), then pads the result in space (another copy)
-before cuDNN sees it. At 480p those passes over 96-channel full-resolution frames cost as much as the
-convolutions' arithmetic.
+before cuDNN sees it. Those passes over 96-channel full-resolution frames cost about as much as the
+convolutions' arithmetic (benchmarks/RESULTS.md, the VAE decode).
 
 Here the same modules, with the same weights, are walked by a function that does, before each convolution, the norm
 and SiLU in one pass over rows of pixels (`norm_silu_rows`, compiled into a single kernel on a GPU), then one join
@@ -15,12 +15,12 @@ frame sees two zero frames where diffusers pads two (the same numbers, so every 
 diffusers'). The nearest upsampling runs in the activations' dtype (diffusers converts to float32 and back around
 it: the same values). The roundings of the norm are kept as diffusers makes them (to the activations' dtype after
 normalising, after the scale, after the gain), so on a CPU in float32 the frames equal the module's own decode, and
-in bf16 they differ from it only by the order cuDNN sums in (`benchmarks/vae_decode_gpu.py` measures it).
+in bf16 they differ from it only by the order cuDNN sums in (`benchmarks/experiments/vae_decode_gpu.py` measures it).
 
 On a GPU, where it checks out against these torch ops at install (`kernel_problem`), one Triton kernel does the norm,
 the SiLU and the join together (studio.engine.gpu.vae_kernels): each activation read once and written once, into
-the buffer the convolution takes. On one H200 at 480p the walk takes 0.57 of the decoder's own time with it, 0.71
-with the compiled norm.
+the buffer the convolution takes. The walk is faster than the decoder's own forward with the compiled norm, and
+faster still with the kernel (benchmarks/RESULTS.md, the VAE decode).
 
 Anything but Wan 2.1's decoder layout (Wan 2.2's residual up blocks, a bias in a norm, other convolution shapes)
 is left to the module's own forward: `fusable` says which.

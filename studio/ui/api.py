@@ -22,7 +22,7 @@ from typing import Any
 import gradio as gr
 
 from studio.backend.face import Run, StudioController, Visitor, for_visitors
-from studio.tiers import DEFAULT_ASPECT
+from studio.tiers import DEFAULT_ASPECT, Aspect, Tier
 from studio.ui import handlers
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
@@ -78,8 +78,8 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
     @gr.api(api_name="submit_run", concurrency_limit=None)
     async def submit_run(
         prompts: str,
-        tier: str | None = None,
-        aspect: str = DEFAULT_ASPECT,
+        tier: Tier | None = None,
+        aspect: Aspect = DEFAULT_ASPECT,
         frames: int | None = None,
         fps: int | None = None,
         steps: int | None = None,

@@ -145,34 +145,7 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
         elem_id="bench-plots",
     )
     report = gr.HTML("", elem_id="bench-report")  # a link through the studio's file route
-    with gr.Accordion("Plan: the fleet for a rate and an SLO", open=False, elem_id="bench-plan"):
-        gr.Markdown(PLAN_INTRO)
-        with gr.Row():
-            plan_form = {
-                "rate_per_min": gr.Number(value=10, label="Rate (videos/min, Poisson)", elem_id="bench-plan-rate"),
-                "slo_s": gr.Number(value=60, label="SLO seconds", elem_id="bench-plan-slo"),
-                "attainment": gr.Number(
-                    value=DEFAULT_ATTAINMENT * 100, label="Within SLO (% of requests)", elem_id="bench-plan-attainment"
-                ),
-                "gpus": gr.Number(
-                    value=0,
-                    precision=0,
-                    label="GPUs (0: the fleets that fit this machine)",
-                    elem_id="bench-plan-gpus",
-                ),
-            }
-        plan_run = gr.Button("Plan", elem_id="bench-plan-run")
-        plan_text = gr.Markdown("", elem_id="bench-plan-result")
-        plan_plot = gr.Gallery(
-            label="Predicted attainment vs rate",
-            columns=1,
-            fit_columns=False,
-            height="auto",
-            object_fit="contain",
-            preview=False,
-            elem_id="bench-plan-plot",
-        )
-        plan_file = gr.HTML("", elem_id="bench-plan-file")
+    build_plan_section(controller, access, links)
 
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report, fleet], api_name="bench")
     async def on_bench(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
@@ -209,6 +182,39 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
     def on_cancel(request: gr.Request, profile: gr.OAuthProfile | None):
         access.require_operator(request, profile, action="apply a layout")
         return gr.Row(visible=False)
+
+
+def build_plan_section(controller: StudioController, access: PageAccess, links: FileLinks) -> None:
+    """The plan: the fleet for a rate and an SLO from the last bench, with its predicted attainment; an
+    operator's alone."""
+    with gr.Accordion("Plan: the fleet for a rate and an SLO", open=False, elem_id="bench-plan"):
+        gr.Markdown(PLAN_INTRO)
+        with gr.Row():
+            plan_form = {
+                "rate_per_min": gr.Number(value=10, label="Rate (videos/min, Poisson)", elem_id="bench-plan-rate"),
+                "slo_s": gr.Number(value=60, label="SLO seconds", elem_id="bench-plan-slo"),
+                "attainment": gr.Number(
+                    value=DEFAULT_ATTAINMENT * 100, label="Within SLO (% of requests)", elem_id="bench-plan-attainment"
+                ),
+                "gpus": gr.Number(
+                    value=0,
+                    precision=0,
+                    label="GPUs (0: the fleets that fit this machine)",
+                    elem_id="bench-plan-gpus",
+                ),
+            }
+        plan_run = gr.Button("Plan", elem_id="bench-plan-run")
+        plan_text = gr.Markdown("", elem_id="bench-plan-result")
+        plan_plot = gr.Gallery(
+            label="Predicted attainment vs rate",
+            columns=1,
+            fit_columns=False,
+            height="auto",
+            object_fit="contain",
+            preview=False,
+            elem_id="bench-plan-plot",
+        )
+        plan_file = gr.HTML("", elem_id="bench-plan-file")
 
     @plan_run.click(inputs_kwargs=plan_form, outputs=[plan_text, plan_plot, plan_file], api_name="plan")
     async def on_plan(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):

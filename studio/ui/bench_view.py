@@ -45,6 +45,7 @@ from studio.backend.face import (
     read_report,
     write_plan,
 )
+from studio.ui.engine_status import engine_summary
 
 PLOT_FILES = ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png", PARETO_PLOT)
 # Report keys shown in the cells table, under the column names the table gives them (those the report has).
@@ -195,7 +196,7 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
         yield BenchUpdate("waiting for the engine to be ready ...")
         await controller.wait_until_ready()
     if not controller.ready() or controller.fleet.pool is None:
-        yield _refused(controller.engine_summary())
+        yield _refused(engine_summary(controller))
         return
     out = _out(controller)
     cells = len(cell_grid(config))

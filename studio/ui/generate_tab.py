@@ -29,6 +29,7 @@ from studio.backend.face import (
     summarize,
 )
 from studio.ui import figures, gallery, handlers, previews, tables
+from studio.ui.engine_status import engine_summary
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess
 from studio.ui.markdown import markdown_text
@@ -230,13 +231,41 @@ def plot_data(data: Any) -> Any:
     return None if data.empty else data
 
 
-def build_generate_tab(
-    controller: StudioController, access: PageAccess, engine_status: gr.Markdown, show: gr.Radio
-) -> GenerateTab:
-    """The tab; every event shows and touches only the work of the visitor asking (an operator's: everyone's
-    where their `show` switch says so)."""
-    board = controller.board
-    links = FileLinks(controller.store.root)
+@dataclass(frozen=True, eq=False)
+class GenerateLayout:
+    """The tab's components, as laid out; the handlers below read and update them."""
+
+    form: dict[str, gr.Component]  # keyed by the fields of handlers.build_spec
+    generate: gr.Button
+    cancel_all: gr.Button
+    status: gr.Markdown
+    standing: gr.Markdown
+    video: gr.HTML  # the studio's own player: files come through its file route, which checks their owner
+    cancel_selected: gr.Button
+    details: gr.Markdown
+    download: gr.HTML
+    running: gr.HTML  # the requests being made, each with its preview
+    tiles: gr.Gallery
+    counts: gr.Markdown
+    stats: gr.Dataframe
+    requests: gr.Dataframe
+    cancel_id: gr.Textbox
+    cancel_one: gr.Button
+    move_up: gr.Button
+    move_down: gr.Button
+    plots: FigurePlots
+    selected: gr.State  # the request selected in the table while it is not finished: its full id
+    seen_version: gr.State
+    seen_finished: gr.State
+    # What the tiles of requests being made and the selected one's preview last showed (their digests): previews
+    # are inline images, sent again only when one changed.
+    seen_previews: gr.State
+    links: FileLinks  # the URLs of the outputs' files, through the studio's file route
+
+
+def generate_layout(controller: StudioController) -> GenerateLayout:
+    """The tab's components, laid out: the form and its buttons beside the selected video and the tiles; below, the
+    statistics, the requests' table and the figures."""
     with gr.Row():
         with gr.Column(scale=2):
             form = generate_form(controller)
@@ -246,7 +275,6 @@ def build_generate_tab(
             status = gr.Markdown("", elem_id="status")
             standing = gr.Markdown("", elem_id="standing")
         with gr.Column(scale=3):
-            # The studio's own player and link: the files come through its file route, which checks their owner.
             video = gr.HTML("", label="Selected video", elem_id="video")
             # A request selected in the table while it is made: its preview forms above, and it can be cancelled.
             cancel_selected = gr.Button(
@@ -254,7 +282,7 @@ def build_generate_tab(
             )
             details = gr.Markdown("", elem_id="details")
             download = gr.HTML("", elem_id="download")
-            running = gr.HTML("", elem_id="running")  # the requests being made, each with its preview
+            running = gr.HTML("", elem_id="running")
             tiles = gr.Gallery(
                 label="Finished, newest first",
                 columns=3,
@@ -282,17 +310,246 @@ def build_generate_tab(
         # A request not yet started: earlier or later in its run (they start in the table's order).
         move_up = gr.Button("Move up", elem_id="move-up", scale=1, size="sm")
         move_down = gr.Button("Move down", elem_id="move-down", scale=1, size="sm")
-    plots = figure_plots()
-    selected = gr.State("")  # the request selected in the table while it is not finished: its full id
-    seen_version = gr.State(-1)
-    seen_finished = gr.State(-1)
-    # What the tiles of requests being made and the selected one's preview last showed (their digests): previews
-    # are inline images, sent again only when one changed.
-    seen_previews = gr.State(("", ""))
+    return GenerateLayout(
+        form=form,
+        generate=generate,
+        cancel_all=cancel_all,
+        status=status,
+        standing=standing,
+        video=video,
+        cancel_selected=cancel_selected,
+        details=details,
+        download=download,
+        running=running,
+        tiles=tiles,
+        counts=counts,
+        stats=stats,
+        requests=requests,
+        cancel_id=cancel_id,
+        cancel_one=cancel_one,
+        move_up=move_up,
+        move_down=move_down,
+        plots=figure_plots(),
+        selected=gr.State(""),
+        seen_version=gr.State(-1),
+        seen_finished=gr.State(-1),
+        seen_previews=gr.State(("", "")),
+        links=FileLinks(controller.store.root),
+    )
+
+
+def no_previews(controller: StudioController) -> str | None:
+    """Why the engine in use sends no previews; None where it does."""
+    sends = controller.kind.capabilities.previews
+    return None if sends else sends.why_not
+
+
+def visible_view(controller: StudioController, request_id: str, visitor: Visitor | None) -> RequestView | None:
+    """The request named, where `visitor` may see it."""
+    found = controller.board.find(request_id) if request_id else None
+    if found is None or visitor is None or not (visitor.operator or found[1].visitor_id == visitor.id):
+        return None
+    return found[1] if found[1].id == request_id else None
+
+
+def selected_area(
+    ui: GenerateLayout, controller: StudioController, view: RequestView, request: gr.Request, visitor: Visitor
+) -> dict[gr.Component, Any]:
+    """The Selected video area for a request: its video once done, its preview while it is made."""
+    links = ui.links
+    if view.state.finished:
+        if view.video_path is None:
+            why = view.error or view.state.value
+            why = why if visitor.operator else for_visitors(why)
+            return {
+                ui.video: "",
+                ui.details: f"**{view.state.value}**: {markdown_text(why)}",
+                ui.download: "",
+                ui.cancel_selected: gr.update(visible=False),
+                ui.selected: "",
+            }
+        return {
+            ui.video: links.player(view.video_path, request, view.request.width / view.request.height),
+            ui.details: tables.details_markdown(view),
+            ui.download: links.download(view.video_path, request, "Download mp4"),
+            ui.cancel_selected: gr.update(visible=False),
+            ui.selected: "",
+        }
+    return {
+        ui.video: previews.selected_forming(view, no_previews(controller)),
+        ui.details: tables.details_markdown(view),
+        ui.download: "",
+        ui.cancel_selected: gr.update(visible=True),
+        ui.selected: view.id,
+    }
+
+
+async def generate_from_form(
+    controller: StudioController, visitor: Visitor, image: Any, image_url: str, values: dict[str, Any]
+) -> str:
+    """The status line of a Generate: the run queued, or why not."""
+    try:
+        image = handlers.uploaded_image(image, Path(get_upload_folder()))
+    except ValueError as exc:
+        return f"**cannot generate**: {markdown_text(exc)}"
+    return await handlers.submit(controller, {**values, "image": image, "image_url": image_url}, visitor)
+
+
+def form_field_updates(
+    controller: StudioController, ui: GenerateLayout, base_info: dict[str, Any], image: Any, values: dict[str, Any]
+) -> list[Any]:
+    """Each field of a Generate marked with what is wrong with it, or back to how it was."""
+    try:
+        image = handlers.uploaded_image(image, Path(get_upload_folder()))
+        found = handlers.form_problems(controller, {**values, "image": image})
+    except ValueError as exc:
+        found = {"image": str(exc)}
+    return [field_problem_update(component, base_info[name], found.get(name)) for name, component in ui.form.items()]
+
+
+def request_row_selected(
+    ui: GenerateLayout, controller: StudioController, row: list[Any], request: gr.Request, visitor: Visitor
+) -> dict[gr.Component, Any]:
+    """A row of the requests' table selected: its full id in the box (the table shows short ones, the box names
+    the request wherever it is used) and the request in the Selected video area, where the visitor may see it."""
+    if not row:
+        return {ui.cancel_id: ""}
+    full = handlers.full_request_id(controller.board, str(row[0]), None if visitor.operator else visitor)
+    view = visible_view(controller, full or "", visitor)
+    if view is None:
+        return {ui.cancel_id: full or str(row[0])}
+    return {ui.cancel_id: full, **selected_area(ui, controller, view, request, visitor)}
+
+
+def tile_selected(
+    ui: GenerateLayout, controller: StudioController, tile: Any, request: gr.Request, visitor: Visitor
+) -> dict[gr.Component, Any]:
+    """A finished video's tile selected: the video in the Selected video area, where it is the visitor's."""
+    found = controller.board.find(gallery.request_id_in(tile) or "")
+    if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
+        return {ui.video: "", ui.details: "no video of yours is selected", ui.download: ""}
+    return selected_area(ui, controller, found[1], request, visitor)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a page showed at its last tick, as its state and components hold it."""
+
+    version: Any
+    finished: Any
+    show: str | None  # mine or everyone
+    status: str | None
+    span: str | None
+    selected_id: str | None
+    previews: Any
+
+
+def refresh_updates(
+    ui: GenerateLayout,
+    controller: StudioController,
+    access: PageAccess,
+    engine_status: gr.Markdown,
+    shown: Shown,
+    request: gr.Request,
+    visitor: Visitor | None,
+) -> dict[gr.Component, Any]:
+    """What a tick sends: only what changed. Nothing while idle, the table every tick while requests run, the
+    gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again."""
+    board = controller.board
+    # Addresses, ports and paths of the servers are for operators' eyes only.
+    summary = engine_summary(controller, for_operator=visitor is not None and visitor.operator)
+    updates: dict[gr.Component, Any] = {engine_status: markdown_text(summary)}
+    if visitor is None:  # not signed in: nothing of anyone's
+        return updates
+    # The status line follows the run it names to its end (a line that names none, such as an error, stays).
+    line = tables.run_status_line(board, shown.status or "", visitor)
+    if line is not None and line != shown.status:
+        updates[ui.status] = line
+    scope = access.scope(visitor, shown.show)
+    # Read before the board: a change made while this runs shows on the next tick. The version a tick saw is kept
+    # with the view it was for, so switching between mine and everyone draws the other view in full; the figures are
+    # drawn again when a request ends, a run starts (the latest run is another) or `span` changes.
+    span = shown.span if shown.span in figures.SPANS else figures.LATEST_RUN
+    current, finished = (board.version, shown.show), (board.finished_count, len(board.runs), shown.show, span)
+    active = board.active(scope)
+    if current == shown.version and finished == shown.finished and not active:
+        return updates
+    updates.update(preview_updates(ui, controller, active, shown, request, visitor))
+    table = tables.request_table(board, scope)
+    updates.update(
+        {
+            ui.requests: tables.decimals(table),  # one number format per column
+            ui.counts: tables.counts_line(board.summary(scope), len(active)),
+            ui.standing: tables.standing_line(controller.standing(visitor)),
+            ui.seen_version: current,
+        }
+    )
+    if finished != shown.finished:
+        links = ui.links
+        page_figures = figures.page_figures(board, scope, span)
+        updates.update(
+            {
+                ui.stats: tables.board_stats_table(board, scope),
+                ui.tiles: gallery.gallery_items(board.done_newest_first(scope), lambda path: links.url(path, request)),
+                ui.plots.latency: plot_data(page_figures.latency),
+                ui.plots.timeline: plot_data(page_figures.timeline),
+                ui.plots.throughput: plot_data(page_figures.throughput),
+                ui.seen_finished: finished,
+            }
+        )
+    return updates
+
+
+def preview_updates(
+    ui: GenerateLayout,
+    controller: StudioController,
+    active: list[RequestView],
+    shown: Shown,
+    request: gr.Request,
+    visitor: Visitor,
+) -> dict[gr.Component, Any]:
+    """The tiles of the requests being made and the selected one as it forms (then its video, once), each sent
+    only when its digest changed."""
+    updates: dict[gr.Component, Any] = {}
+    tiles_seen, area_seen = shown.previews if isinstance(shown.previews, (tuple, list)) else ("", "")
+    forming = visible_view(controller, shown.selected_id or "", visitor)
+    area_digest = area_seen
+    if forming is not None:
+        area = selected_area(ui, controller, forming, request, visitor)
+        area_digest = digest(f"{area[ui.video]}{area[ui.details]}{forming.state}")
+        if area_digest != area_seen:
+            updates.update(area)
+    tiles_html = previews.running_tiles(active, no_previews(controller))
+    tiles_digest = digest(tiles_html)
+    if tiles_digest != tiles_seen:
+        updates[ui.running] = tiles_html
+    updates[ui.seen_previews] = (tiles_digest, area_digest)
+    return updates
+
+
+def build_generate_tab(
+    controller: StudioController, access: PageAccess, engine_status: gr.Markdown, show: gr.Radio
+) -> GenerateTab:
+    """The tab; every event shows and touches only the work of the visitor asking (an operator's: everyone's
+    where their `show` switch says so)."""
+    ui = generate_layout(controller)
+    wire_generate_tab(ui, controller, access, engine_status, show)
+    return GenerateTab(status=ui.status, guardrails=ui.form["guardrails"])
+
+
+def wire_generate_tab(
+    ui: GenerateLayout, controller: StudioController, access: PageAccess, engine_status: gr.Markdown, show: gr.Radio
+) -> None:
+    """The tab's events, each a thin listener of the functions above: who asks is checked first. The public ones
+    (api_name) are the page's API; their parameters are its fields. Long only by its listeners, a few lines each:
+    Gradio ties a listener to its component where it is declared, and a listener's signature is its API."""
+    board = controller.board
 
     # preprocess=False: the form's values reach the studio's own checks as sent (a caller's "abc" frames or NaN
     # steps get the field's message, not Gradio's); an image still arrives only from Gradio's upload folder.
-    @generate.click(inputs_kwargs=form, outputs=status, concurrency_limit=None, api_name="generate", preprocess=False)
+    @ui.generate.click(
+        inputs_kwargs=ui.form, outputs=ui.status, concurrency_limit=None, api_name="generate", preprocess=False
+    )
     async def on_generate(
         request: gr.Request,
         profile: gr.OAuthProfile | None,
@@ -301,140 +558,76 @@ def build_generate_tab(
         **values: Any,
     ) -> str:
         # The image's fields named with their defaults: API callers may leave them out.
-        visitor = access.require(request, profile)
-        try:
-            image = handlers.uploaded_image(image, Path(get_upload_folder()))
-        except ValueError as exc:
-            return f"**cannot generate**: {markdown_text(exc)}"
-        return await handlers.submit(controller, {**values, "image": image, "image_url": image_url}, visitor)
+        return await generate_from_form(controller, access.require(request, profile), image, image_url, values)
 
     # Each problem also next to its field (the status line says them all): a listener of its own, so that the
     # API's /generate answers as it did.
-    base_info = {name: getattr(component, "info", None) for name, component in form.items()}
+    base_info = {name: getattr(component, "info", None) for name, component in ui.form.items()}
 
-    @generate.click(inputs_kwargs=form, outputs=list(form.values()), api_visibility="private", preprocess=False)
+    @ui.generate.click(
+        inputs_kwargs=ui.form, outputs=list(ui.form.values()), api_visibility="private", preprocess=False
+    )
     def on_generate_fields(image: Any = None, **values: Any) -> list[Any]:
-        try:
-            image = handlers.uploaded_image(image, Path(get_upload_folder()))
-            found = handlers.form_problems(controller, {**values, "image": image})
-        except ValueError as exc:
-            found = {"image": str(exc)}
-        return [field_problem_update(component, base_info[name], found.get(name)) for name, component in form.items()]
+        return form_field_updates(controller, ui, base_info, image, values)
 
-    @cancel_all.click(inputs_kwargs={"show": show}, outputs=status, api_name="cancel_all")
+    @ui.cancel_all.click(inputs_kwargs={"show": show}, outputs=ui.status, api_name="cancel_all")
     async def on_cancel_all(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE):
         visitor = access.require(request, profile)
         async for line in handlers.cancel_all(board, visitor, everyone=show == EVERYONE):
             yield line
 
-    @cancel_one.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="cancel")
+    @ui.cancel_one.click(inputs_kwargs={"request_id": ui.cancel_id}, outputs=ui.status, api_name="cancel")
     async def on_cancel_one(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str):
         visitor = access.require(request, profile)
         async for line in handlers.cancel_request(board, request_id, visitor):
             yield line
 
-    @move_up.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="move_up")
+    @ui.move_up.click(inputs_kwargs={"request_id": ui.cancel_id}, outputs=ui.status, api_name="move_up")
     def on_move_up(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str) -> str:
         return handlers.move_request(board, request_id, later=False, by=access.require(request, profile))
 
-    @move_down.click(inputs_kwargs={"request_id": cancel_id}, outputs=status, api_name="move_down")
+    @ui.move_down.click(inputs_kwargs={"request_id": ui.cancel_id}, outputs=ui.status, api_name="move_down")
     def on_move_down(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str) -> str:
         return handlers.move_request(board, request_id, later=True, by=access.require(request, profile))
 
-    def selected_area(view: RequestView, request: gr.Request, visitor: Visitor) -> dict[gr.Component, Any]:
-        """The Selected video area for a request: its video once done, its preview while it is made."""
-        if view.state.finished:
-            if view.video_path is None:
-                why = view.error or view.state.value
-                why = why if visitor.operator else for_visitors(why)
-                return {
-                    video: "",
-                    details: f"**{view.state.value}**: {markdown_text(why)}",
-                    download: "",
-                    cancel_selected: gr.update(visible=False),
-                    selected: "",
-                }
-            return {
-                video: links.player(view.video_path, request, view.request.width / view.request.height),
-                details: tables.details_markdown(view),
-                download: links.download(view.video_path, request, "Download mp4"),
-                cancel_selected: gr.update(visible=False),
-                selected: "",
-            }
-        return {
-            video: previews.selected_forming(view, no_previews()),
-            details: tables.details_markdown(view),
-            download: "",
-            cancel_selected: gr.update(visible=True),
-            selected: view.id,
-        }
+    area = [ui.video, ui.details, ui.download, ui.cancel_selected, ui.selected]
 
-    def no_previews() -> str | None:
-        """Why the engine in use sends no previews; None where it does."""
-        sends = controller.kind.capabilities.previews
-        return None if sends else sends.why_not
-
-    def visible_view(request_id: str, visitor: Visitor | None) -> RequestView | None:
-        found = board.find(request_id) if request_id else None
-        if found is None or visitor is None or not (visitor.operator or found[1].visitor_id == visitor.id):
-            return None
-        return found[1] if found[1].id == request_id else None
-
-    @requests.select(outputs=[cancel_id, selected, video, details, download, cancel_selected], api_visibility="private")
+    @ui.requests.select(outputs=[ui.cancel_id, *area], api_visibility="private")
     def on_request_select(
         evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
-        # The table shows short ids; the box gets the full one, which names the request wherever it is used.
-        visitor = access.require(request, profile)
-        row = evt.row_value or []
-        if not row:
-            return {cancel_id: ""}
-        full = handlers.full_request_id(board, str(row[0]), None if visitor.operator else visitor)
-        view = visible_view(full or "", visitor)
-        if view is None:
-            return {cancel_id: full or str(row[0])}
-        return {cancel_id: full, **selected_area(view, request, visitor)}
+        return request_row_selected(ui, controller, evt.row_value or [], request, access.require(request, profile))
 
-    @cancel_selected.click(inputs_kwargs={"request_id": selected}, outputs=status, api_visibility="private")
+    @ui.cancel_selected.click(inputs_kwargs={"request_id": ui.selected}, outputs=ui.status, api_visibility="private")
     async def on_cancel_selected(request: gr.Request, profile: gr.OAuthProfile | None, request_id: str):
         visitor = access.require(request, profile)
         async for line in handlers.cancel_request(board, request_id, visitor):
             yield line
 
-    @tiles.select(outputs=[video, details, download, cancel_selected, selected], api_visibility="private")
+    @ui.tiles.select(outputs=area, api_visibility="private")
     def on_tile_select(
         evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
-        visitor = access.require(request, profile)
-        found = board.find(gallery.request_id_in(evt.value) or "")
-        if found is None or found[1].video_path is None or not (visitor.operator or found[1].visitor_id == visitor.id):
-            return {video: "", details: "no video of yours is selected", download: ""}
-        return selected_area(found[1], request, visitor)
+        return tile_selected(ui, controller, evt.value, request, access.require(request, profile))
 
-    # Only what changed goes to the browser: nothing while idle, the table every tick while requests run,
-    # the gallery and figures when a request finishes. A new `show` (mine / everyone) sends everything again.
     @gr.Timer(REFRESH_S).tick(
-        inputs=[seen_version, seen_finished, show, status, plots.span, selected, seen_previews],
+        inputs=[ui.seen_version, ui.seen_finished, show, ui.status, ui.plots.span, ui.selected, ui.seen_previews],
         outputs=[
-            status,
-            running,
-            video,
-            details,
-            download,
-            cancel_selected,
-            selected,
+            ui.status,
+            ui.running,
+            *area,
             engine_status,
-            requests,
-            counts,
-            standing,
-            stats,
-            tiles,
-            plots.latency,
-            plots.timeline,
-            plots.throughput,
-            seen_version,
-            seen_finished,
-            seen_previews,
+            ui.requests,
+            ui.counts,
+            ui.standing,
+            ui.stats,
+            ui.tiles,
+            ui.plots.latency,
+            ui.plots.timeline,
+            ui.plots.throughput,
+            ui.seen_version,
+            ui.seen_finished,
+            ui.seen_previews,
         ],
         show_progress="hidden",
         api_visibility="private",
@@ -450,60 +643,5 @@ def build_generate_tab(
         request: gr.Request,
         profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
-        visitor = access.visitor(request, profile)
-        # Addresses, ports and paths of the servers are for operators' eyes only.
-        summary = controller.engine_summary(for_operator=visitor is not None and visitor.operator)
-        updates: dict[gr.Component, Any] = {engine_status: markdown_text(summary)}
-        if visitor is None:  # not signed in: nothing of anyone's
-            return updates
-        # The status line follows the run it names to its end (a line that names none, such as an error, stays).
-        line = tables.run_status_line(board, status_shown or "", visitor)
-        if line is not None and line != status_shown:
-            updates[status] = line
-        scope = access.scope(visitor, shown)
-        # Read before the board: a change made while this runs shows on the next tick. The version a tick saw is
-        # kept with the view it was for, so switching between mine and everyone draws the other view in full; the
-        # figures are drawn again when a request ends, a run starts (the latest run is another) or `span` changes.
-        span = span if span in figures.SPANS else figures.LATEST_RUN
-        current, finished = (board.version, shown), (board.finished_count, len(board.runs), shown, span)
-        active = board.active(scope)
-        if current == version and finished == finished_seen and not active:
-            return updates
-        # The selected request as it forms, until it ends (then its video, once).
-        tiles_seen, area_seen = previews_seen if isinstance(previews_seen, (tuple, list)) else ("", "")
-        forming = visible_view(selected_id or "", visitor)
-        area_digest = area_seen
-        if forming is not None:
-            area = selected_area(forming, request, visitor)
-            area_digest = digest(f"{area[video]}{area[details]}{forming.state}")
-            if area_digest != area_seen:
-                updates.update(area)
-        tiles_html = previews.running_tiles(active, no_previews())
-        tiles_digest = digest(tiles_html)
-        if tiles_digest != tiles_seen:
-            updates[running] = tiles_html
-        updates[seen_previews] = (tiles_digest, area_digest)
-        table = tables.request_table(board, scope)
-        updates.update(
-            {
-                requests: tables.decimals(table),  # one number format per column
-                counts: tables.counts_line(board.summary(scope), len(active)),
-                standing: tables.standing_line(controller.standing(visitor)),
-                seen_version: current,
-            }
-        )
-        if finished != finished_seen:
-            page_figures = figures.page_figures(board, scope, span)
-            updates.update(
-                {
-                    stats: tables.board_stats_table(board, scope),
-                    tiles: gallery.gallery_items(board.done_newest_first(scope), lambda path: links.url(path, request)),
-                    plots.latency: plot_data(page_figures.latency),
-                    plots.timeline: plot_data(page_figures.timeline),
-                    plots.throughput: plot_data(page_figures.throughput),
-                    seen_finished: finished,
-                }
-            )
-        return updates
-
-    return GenerateTab(status=status, guardrails=form["guardrails"])
+        seen = Shown(version, finished_seen, shown, status_shown, span, selected_id, previews_seen)
+        return refresh_updates(ui, controller, access, engine_status, seen, request, access.visitor(request, profile))

@@ -14,6 +14,7 @@ import gradio as gr
 from studio.backend.face import AccessPolicy, StudioController
 from studio.ui.api import build_api
 from studio.ui.bench_tab import build_bench_tab
+from studio.ui.engine_status import public_summary
 from studio.ui.file_links import FileLinks
 from studio.ui.generate_tab import build_generate_tab, guardrails_switch
 from studio.ui.history_tab import build_history_tab
@@ -189,7 +190,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
                 scale=0,
                 min_width=210,
             )
-        engine_status = gr.Markdown(markdown_text(controller.public_summary()), elem_id="engine-status")
+        engine_status = gr.Markdown(markdown_text(public_summary(controller)), elem_id="engine-status")
         with gr.Tabs():
             with gr.Tab("Generate", id="generate-tab"):
                 generate_tab = build_generate_tab(controller, access, engine_status, show)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
 import gradio as gr
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 from studio.backend.face import (
     LEVER_FLAGS,
     MANAGED_ENGINES,
-    ManagedServer,
+    Replica,
     ServerState,
     StudioController,
     VariantError,
@@ -31,6 +32,7 @@ from studio.backend.face import (
 )
 from studio.config import EMBEDDED_ENGINE, EngineMode, ServerLevers, SharingSettings, StudioSettings
 from studio.ui import handlers
+from studio.ui.engine_status import engine_summary
 from studio.ui.identity import PageAccess
 from studio.ui.markdown import markdown_code, markdown_text
 
@@ -373,7 +375,7 @@ def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[st
 def server_state_markdown(controller: StudioController) -> str:
     status = controller.fleet.server_status()
     if status is None:
-        text = markdown_text(controller.engine_summary())
+        text = markdown_text(engine_summary(controller))
     else:
         elapsed = f" for {status.starting_for_s:.0f} s" if status.starting_for_s else ""
         code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
@@ -432,13 +434,13 @@ def _one_line(text: str) -> str:
     return text if len(lines) < 2 else f"{lines[0]} … {lines[-1]}"
 
 
-def replica_label(index: int, server: ManagedServer) -> str:
+def replica_label(index: int, server: Replica) -> str:
     """Its position (what Restart replica and Stop replica take), and its name where that says another number (a
     fleet that scaled in keeps its replicas' names)."""
     return str(index) if server.name in (f"replica {index}", "server") else f"{index} ({server.name})"
 
 
-def replica_node(server: ManagedServer) -> str:
+def replica_node(server: Replica) -> str:
     """The node a replica runs on: Ray's node (address and id) on Ray, else this machine."""
     return getattr(server, "node", None) or "this machine"
 
@@ -517,7 +519,7 @@ async def start_server(controller: StudioController) -> str:
     """Start the engine (again after a stop, a crash or a failed start; or attach to the remote servers) and wait
     until it is ready: the answer says how it went."""
     if controller.ready():
-        return "already running: " + markdown_text(controller.engine_summary())
+        return "already running: " + markdown_text(engine_summary(controller))
     try:
         if controller.starting:  # the first start, or the one after new settings: under way, or about to be
             await controller.wait_until_ready()
@@ -526,8 +528,8 @@ async def start_server(controller: StudioController) -> str:
     except Exception as exc:  # shown where the button is; the log below has the server's own words
         return f"**start failed**: {markdown_text(str(exc))}"
     if not controller.ready():
-        return f"**start failed**: {markdown_text(controller.start_error or controller.engine_summary())}"
-    return "started: " + markdown_text(controller.engine_summary())
+        return f"**start failed**: {markdown_text(controller.start_error or engine_summary(controller))}"
+    return "started: " + markdown_text(engine_summary(controller))
 
 
 async def stop_server(controller: StudioController) -> str:
@@ -549,9 +551,36 @@ async def restart_server(controller: StudioController, form: Mapping[str, Any]) 
     return await start_server(controller)
 
 
-def build_server_tab(controller: StudioController, access: PageAccess) -> None:
-    """The operator's tab: every event here refuses a visitor who is not an operator, and changes nothing."""
-    settings = controller.settings
+@dataclass(frozen=True, eq=False)
+class ServerLayout:
+    """The Server tab's components, as laid out; the listeners of wire_server_tab read and update them."""
+
+    state: gr.Markdown
+    start: gr.Button
+    stop: gr.Button
+    restart: gr.Button
+    result: gr.Markdown  # what the buttons above did
+    levers_note: gr.Markdown
+    groups: dict[str, gr.Accordion]
+    form: dict[str, gr.Component]  # the settings a restart applies, keyed by StudioSettings' fields
+    auto_restart: gr.Checkbox
+    endpoints: gr.Dataframe
+    scaling: gr.Markdown
+    replica: gr.Number
+    restart_one: gr.Button
+    stop_one: gr.Button
+    replica_result: gr.Markdown
+    log_tail: gr.Textbox
+    sharing: dict[str, gr.Component]
+    apply: gr.Button
+    sharing_result: gr.Markdown
+    doctor: gr.Button
+    doctor_report: gr.JSON
+
+
+def server_layout(settings: StudioSettings) -> ServerLayout:
+    """The tab's components: the buttons and state, the settings a restart applies, the replicas, the log, how
+    visitors share the servers, and the doctor."""
     state = gr.Markdown(elem_id="server-state")
     with gr.Row():
         start = gr.Button("Start", elem_id="server-start")
@@ -593,13 +622,53 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
     doctor = gr.Button("Run doctor", elem_id="doctor")
     doctor_report = gr.JSON(label="Doctor", elem_id="doctor-report")
 
+    return ServerLayout(
+        state=state,
+        start=start,
+        stop=stop,
+        restart=restart,
+        result=result,
+        levers_note=levers_note,
+        groups=groups,
+        form=form,
+        auto_restart=auto_restart,
+        endpoints=endpoints,
+        scaling=scaling,
+        replica=replica,
+        restart_one=restart_one,
+        stop_one=stop_one,
+        replica_result=replica_result,
+        log_tail=log_tail,
+        sharing=sharing,
+        apply=apply,
+        sharing_result=sharing_result,
+        doctor=doctor,
+        doctor_report=doctor_report,
+    )
+
+
+def log_lines(controller: StudioController, shown: Any) -> str:
+    """The last lines of the log of the replica shown (the first where that one is gone)."""
+    servers = controller.fleet.servers
+    index = int(shown) if isinstance(shown, (int, float)) and 0 <= int(shown) < len(servers) else 0
+    return "\n".join(servers[index].log_tail(LOG_LINES) if servers else [])
+
+
+def build_server_tab(controller: StudioController, access: PageAccess) -> None:
+    """The operator's tab: every event here refuses a visitor who is not an operator, and changes nothing."""
+    wire_server_tab(server_layout(controller.settings), controller, access)
+
+
+def wire_server_tab(ui: ServerLayout, controller: StudioController, access: PageAccess) -> None:
+    """The tab's events, each a thin listener of the functions above; an operator's alone. Long only by its
+    listeners, a few lines each: Gradio ties a listener to its component where it is declared."""
     timer = gr.Timer(REFRESH_S)
 
     def is_operator(request: gr.Request, profile: gr.OAuthProfile | None) -> bool:
         visitor = access.visitor(request, profile)
         return visitor is not None and visitor.operator
 
-    lever_outputs = [levers_note, groups["engine_levers"], *(form[name] for name in LEVER_FLAGS)]
+    lever_outputs = [ui.levers_note, ui.groups["engine_levers"], *(ui.form[name] for name in LEVER_FLAGS)]
 
     @gr.on(triggers=None, outputs=lever_outputs, show_progress="hidden", api_visibility="private")
     async def on_open_levers(request: gr.Request, profile: gr.OAuthProfile | None):
@@ -611,8 +680,8 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         async for updates in lever_updates(controller.settings):
             yield updates
 
-    @form["engine"].change(
-        inputs_kwargs={"engine": form["engine"]},
+    @ui.form["engine"].change(
+        inputs_kwargs={"engine": ui.form["engine"]},
         outputs=lever_outputs,
         show_progress="hidden",
         api_visibility="private",
@@ -626,60 +695,59 @@ def build_server_tab(controller: StudioController, access: PageAccess) -> None:
         async for updates in lever_updates(controller.settings.model_copy(update={"engine": engine})):
             yield updates
 
-    @timer.tick(inputs=replica, outputs=[state, scaling, log_tail], show_progress="hidden", api_visibility="private")
+    @timer.tick(
+        inputs=ui.replica, outputs=[ui.state, ui.scaling, ui.log_tail], show_progress="hidden", api_visibility="private"
+    )
     def on_tick(shown: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
         if not is_operator(request, profile):  # the log, state and scaling are the operator's
             return gr.skip(), gr.skip(), gr.skip()
-        servers = controller.fleet.servers
-        index = int(shown) if isinstance(shown, (int, float)) and 0 <= int(shown) < len(servers) else 0
-        lines = servers[index].log_tail(LOG_LINES) if servers else []
-        return server_state_markdown(controller), scaling_markdown(controller), "\n".join(lines)
+        return server_state_markdown(controller), scaling_markdown(controller), log_lines(controller, shown)
 
-    @restart_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="restart_replica")
+    @ui.restart_one.click(inputs_kwargs={"replica": ui.replica}, outputs=ui.replica_result, api_name="restart_replica")
     async def on_restart_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any):
         access.require_operator(request, profile, action="restart a replica")
         yield f"restarting replica {markdown_text(str(replica))} ..."
         yield await restart_replica(controller, replica)
 
-    @stop_one.click(inputs_kwargs={"replica": replica}, outputs=replica_result, api_name="stop_replica")
+    @ui.stop_one.click(inputs_kwargs={"replica": ui.replica}, outputs=ui.replica_result, api_name="stop_replica")
     async def on_stop_replica(request: gr.Request, profile: gr.OAuthProfile | None, replica: Any) -> str:
         access.require_operator(request, profile, action="stop a replica")
         return await stop_replica(controller, replica)
 
-    @timer.tick(outputs=endpoints, show_progress="hidden", api_visibility="private")
+    @timer.tick(outputs=ui.endpoints, show_progress="hidden", api_visibility="private")
     async def on_metrics_tick(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
         if not is_operator(request, profile):
             return gr.skip()
         return await endpoint_table(controller)
 
-    @start.click(outputs=result, api_name="start_server")
+    @ui.start.click(outputs=ui.result, api_name="start_server")
     async def on_start(request: gr.Request, profile: gr.OAuthProfile | None):
         access.require_operator(request, profile, action="start the servers")
         yield "starting ..."
         yield await start_server(controller)
 
-    @stop.click(outputs=result, api_name="stop_server")
+    @ui.stop.click(outputs=ui.result, api_name="stop_server")
     async def on_stop(request: gr.Request, profile: gr.OAuthProfile | None) -> str:
         access.require_operator(request, profile, action="stop the servers")
         return await stop_server(controller)
 
-    @restart.click(inputs_kwargs=form, outputs=result, api_name="restart_server")
+    @ui.restart.click(inputs_kwargs=ui.form, outputs=ui.result, api_name="restart_server")
     async def on_restart(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
         access.require_operator(request, profile, action="restart the servers or change their settings")
         yield "restarting with the new settings ..."
         yield await restart_server(controller, values)
 
-    @auto_restart.change(inputs_kwargs={"on": auto_restart}, api_visibility="private")
+    @ui.auto_restart.change(inputs_kwargs={"on": ui.auto_restart}, api_visibility="private")
     def on_auto_restart(request: gr.Request, profile: gr.OAuthProfile | None, on: bool) -> None:
         access.require_operator(request, profile, action="change auto-restart")
         controller.set_auto_restart(on)
 
-    @apply.click(inputs_kwargs=sharing, outputs=sharing_result, api_name="sharing")
+    @ui.apply.click(inputs_kwargs=ui.sharing, outputs=ui.sharing_result, api_name="sharing")
     def on_apply_sharing(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any) -> str:
         access.require_operator(request, profile, action="change how visitors share the servers")
         return apply_sharing(controller, values)
 
-    @doctor.click(outputs=doctor_report, api_name="doctor")
+    @ui.doctor.click(outputs=ui.doctor_report, api_name="doctor")
     def on_doctor(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[str, Any]:
         access.require_operator(request, profile, action="run the doctor")
         return collect_report(controller.settings)

@@ -32,7 +32,7 @@ STATE_LABELS = {
     RequestState.QUEUED: "queued at the server",
 }
 # A latency's parts, as stats.LatencyParts counts them: they add up to it. Queue wait and inference are bounds, not
-# readings (studio.backend.clients.vllm_omni.RequestTimings): the headers say which.
+# readings (studio.backend.clients.base.RequestTimings): the headers say which.
 STUDIO_WAIT_COLUMN = "studio wait s"
 QUEUE_WAIT_COLUMN = "queue s (at least)"
 INFERENCE_COLUMN = "inference s (at most)"

@@ -15,6 +15,7 @@ import pytest
 from studio.backend.controller import StudioController
 from studio.backend.servers.machine import cpu_cores
 from studio.ui import bench_view
+from studio.ui.engine_status import engine_summary
 from tests.conftest import engine_settings
 from tests.page_bench import layouts_form, run_page_bench
 from tests.waiting import wait_for
@@ -145,7 +146,7 @@ def serving(controller: StudioController, timeout_s: float = 120.0) -> bool:
         lambda: controller.ready() or controller.start_error is not None,
         "the studio's servers to serve (or fail to start)",
         timeout_s,
-        detail=controller.engine_summary,
+        detail=lambda: engine_summary(controller),
     )
     return controller.ready()
 
@@ -166,7 +167,7 @@ def test_the_page_benches_layouts_and_applies_one(tmp_path):
         assert "256p: layout " in last.recommendation
         assert set(last.fleets) == {"1x1 base", "2x1 base"} and last.recommended in last.fleets
         # The studio serves again as it was (one server), until a fleet is applied.
-        assert serving(controller), controller.engine_summary()
+        assert serving(controller), engine_summary(controller)
         assert len(controller.fleet.pool.endpoints) == 1 and controller.settings.replicas == 1
         assert controller.fleet.server.pid != studio_pid  # stopped for the bench, started again after
 
@@ -174,7 +175,7 @@ def test_the_page_benches_layouts_and_applies_one(tmp_path):
         fleet = bench_view.benched_fleet(controller, "2x1 base")
         assert "2 replica(s), width 1" in bench_view.apply_question(fleet)
         assert bench_view.apply_fleet(controller, fleet).startswith("applied 2x1 base")
-        assert serving(controller), controller.engine_summary()
+        assert serving(controller), engine_summary(controller)
         assert controller.settings.replicas == 2 and len(controller.fleet.pool.endpoints) == 2
     finally:
         controller.close()

@@ -14,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from studio.ui.engine_status import engine_summary
 from tests.page_bench import layouts_form, run_page_bench
 from tests.ray_checks import Descendants, left_running
 from tests.waiting import wait_for
@@ -133,9 +134,9 @@ def test_the_page_benches_layouts_on_the_studios_ray_and_its_fleet_comes_back(tm
             lambda: controller.ready() or controller.start_error is not None,
             "the studio's fleet to serve again (or fail to start)",
             120,
-            detail=controller.engine_summary,
+            detail=lambda: engine_summary(controller),
         )
-        assert controller.ready(), controller.engine_summary()
+        assert controller.ready(), engine_summary(controller)
         assert controller.fleet.layout == "1 x embedded on Ray (local)" and ray_cluster.current() is not None
         assert controller.fleet.server.base_url != studio_url
     finally:

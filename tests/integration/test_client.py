@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from studio.backend.clients.base import RequestRejected
 from studio.backend.clients.router import EndpointPool
-from studio.backend.clients.vllm_omni import RequestRejected, VideoClient
+from studio.backend.clients.vllm_omni import VideoClient
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.run import Run
 from studio.backend.runs.spec import RunSpec

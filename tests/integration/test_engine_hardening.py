@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from studio.media import probe_mp4
-from studio.protocol import MAX_FRAMES, MAX_STEPS, EngineExtraParams
+from studio.protocol import MAX_REQUEST_FRAMES, MAX_STEPS, EngineExtraParams
 from tests.conftest import SMALL
 from tests.waiting import wait_for
 
@@ -80,7 +80,7 @@ def test_extra_params_takes_no_form_field_and_no_unknown_key(http, route, fields
 
 
 def test_the_form_still_makes_what_its_limits_allow_and_refuses_more(http):
-    too_many = http.post("/v1/videos", files=form(prompt="x", size="32x32", num_frames=str(MAX_FRAMES + 475)))
+    too_many = http.post("/v1/videos", files=form(prompt="x", size="32x32", num_frames=str(MAX_REQUEST_FRAMES + 475)))
     assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "body.num_frames"
     too_long = http.post("/v1/videos", files=form(prompt="x", size="32x32", num_inference_steps=str(MAX_STEPS + 100)))
     assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "body.num_inference_steps"

@@ -9,6 +9,7 @@ from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.backend.visitors import Visitor
+from studio.ui.engine_status import engine_summary
 from tests.conftest import MODEL_NAME, engine_settings
 from tests.waiting import wait_for_async
 
@@ -32,7 +33,7 @@ def test_a_single_request_starts_before_a_long_queue_of_another_visitor_drains(e
         )
     )
     controller.start()
-    assert controller.fleet.served_model == MODEL_NAME and MODEL_NAME in controller.engine_summary()
+    assert controller.fleet.served_model == MODEL_NAME and MODEL_NAME in engine_summary(controller)
 
     async def main():
         many = controller.new_run(quick([f"a square {i}" for i in range(64)], concurrency=64), A)

@@ -11,6 +11,7 @@ from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.backend.servers.supervisor import ServerState
+from studio.ui.engine_status import engine_summary
 from tests.conftest import engine_settings
 from tests.waiting import wait_for_async
 
@@ -26,9 +27,7 @@ def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(
     controller = fleet_controller(tmp_path)
     try:
         assert len(controller.fleet.servers) == 2 and len({server.base_url for server in controller.fleet.servers}) == 2
-        assert (
-            "2 x embedded on the CPU" in controller.engine_summary() and "2 of 2 ready" in controller.engine_summary()
-        )
+        assert "2 x embedded on the CPU" in engine_summary(controller) and "2 of 2 ready" in engine_summary(controller)
 
         async def main():
             quick = controller.new_run(
@@ -62,7 +61,7 @@ def test_two_replicas_share_a_run_and_one_killed_fails_only_what_it_was_running(
             controller.fleet.servers[0].state is ServerState.CRASHED
             and controller.fleet.servers[1].state is ServerState.READY
         )
-        assert "1 of 2 ready" in controller.engine_summary()
+        assert "1 of 2 ready" in engine_summary(controller)
     finally:
         controller.close()
 

@@ -1,6 +1,6 @@
 """Many requests at once against the embedded engine: none lost, none duplicated, all in history.
 
-(Its speed, memory and event-loop lag are measured by benchmarks/load.py, not here.)
+(Its speed, memory and event-loop lag are measured by benchmarks/cpu/load.py, not here.)
 """
 
 from __future__ import annotations

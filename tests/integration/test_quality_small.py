@@ -1,5 +1,5 @@
 """CI's cut of the quality benchmark: the shipped small model on held-out prompts, through the engine's runner
-and an mp4 round trip, exactly as benchmarks/quality.py measures it (there on 224 prompts; RESULTS.md).
+and an mp4 round trip, exactly as benchmarks/cpu/quality.py measures it (there on 224 prompts; RESULTS.md).
 
 20 prompts at the engine's defaults (256p 16:9, 33 frames, 35 steps), seeded, so the result is the same on every
 run on one torch build; the bounds are the model's bars (color 95%, direction 85%, count 90%, each shape 90% of
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.quality import GROUND_TRUTH, evaluate
+from benchmarks.cpu.quality import GROUND_TRUTH, evaluate
 from studio.config import SMALL_MODEL_DIR, TINY_WAN_DIR
 
 COLOR_BOUND = 0.95

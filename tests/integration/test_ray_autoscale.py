@@ -20,6 +20,7 @@ from studio.backend.runs.run import Run
 from studio.backend.runs.spec import RunSpec
 from studio.backend.servers.metrics import ServerMetrics, scrape
 from studio.backend.servers.supervisor import ManagedServer, ServerState
+from studio.ui.engine_status import engine_summary
 from tests.conftest import engine_settings
 from tests.waiting import wait_for, wait_for_async
 
@@ -129,7 +130,7 @@ def check_back_to_one(fleet: StudioController, first: ManagedServer, gone: list[
     assert fleet.dispatcher.slots == 8
     _gone, alive = psutil.wait_procs([psutil.Process(pid) for pid in gone if psutil.pid_exists(pid)], timeout=30)
     assert not [process for process in alive if process.status() != psutil.STATUS_ZOMBIE], list(map(named, alive))
-    assert "1 of 1 ready" in fleet.engine_summary()
+    assert "1 of 1 ready" in engine_summary(fleet)
     again = asyncio.run(fleet.new_run(spec("one more", 2, steps=2)).wait())
     assert [view.state for view in again] == [RequestState.DONE] * 2
 
@@ -165,7 +166,7 @@ def test_on_ray_scale_out_from_one_to_two_replicas_under_load_and_back_to_one_wh
     fleet = ray_fleet
     first = fleet.fleet.servers[0]
     assert first.name == "replica 0" and first.state is ServerState.READY
-    assert "1-2 x embedded on Ray (local)" in fleet.engine_summary() and "1 of 1 ready" in fleet.engine_summary()
+    assert "1-2 x embedded on Ray (local)" in engine_summary(fleet) and "1 of 1 ready" in engine_summary(fleet)
     workers: list[int] = []
 
     def remember_its_worker(server: ManagedServer) -> None:
@@ -208,7 +209,7 @@ def test_on_this_machine_the_fleet_scales_out_and_back_in_the_same_way(tmp_path)
     try:
         fleet.start()
         first = fleet.fleet.servers[0]
-        assert "1-2 x embedded on the CPU, 1 thread each" in fleet.engine_summary()
+        assert "1-2 x embedded on the CPU, 1 thread each" in engine_summary(fleet)
         views, loaded_at, second, made = asyncio.run(load_until_a_second_replica_serves(fleet))
         by_server = check_scaled_out(fleet, views, second, made)
         decided, up = fleet.fleet.scaling.events[0].at, fleet.fleet.scaling.events[1].at

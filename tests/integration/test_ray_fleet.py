@@ -16,6 +16,7 @@ from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.backend.servers.supervisor import ServerState
+from studio.ui.engine_status import engine_summary
 from tests.conftest import engine_settings
 from tests.waiting import wait_for, wait_for_async
 
@@ -66,7 +67,7 @@ def test_two_ray_replicas_share_a_run(fleet):
     # The servers run under Ray's workers, not under the studio's process.
     studio_children = {process.pid for process in psutil.Process().children()}
     assert all(server.pid not in studio_children for server in servers)
-    assert "2 of 2 ready" in fleet.engine_summary() and "Ray (local)" in fleet.engine_summary()
+    assert "2 of 2 ready" in engine_summary(fleet) and "Ray (local)" in engine_summary(fleet)
     # Ray's servers (GCS, raylet, workers) and the replicas' listen on loopback only.
     listening = {
         connection.laddr.ip.removeprefix("::ffff:") for process in descendants() for connection in _listening(process)

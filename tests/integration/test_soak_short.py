@@ -1,4 +1,4 @@
-"""A short run of the soak (benchmarks/soak.py): a studio with sign-in on the embedded engine, three visitors and an
+"""A short run of the soak (benchmarks/cpu/soak.py): a studio with sign-in on the embedded engine, three visitors and an
 operator through the page's API, an engine restart and a sharing change on the way. Its report says every request
 is accounted for, memory and open files do not grow past the bound, and neither log holds a traceback."""
 
@@ -20,7 +20,14 @@ TIMEOUT_S = MINUTES * 60 + 600
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("minutes", [MINUTES])
 def test_a_short_soak_accounts_for_every_request(tmp_path, minutes):
-    command = [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", str(minutes), "--out", str(tmp_path)]
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "cpu" / "soak.py"),
+        "--minutes",
+        str(minutes),
+        "--out",
+        str(tmp_path),
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S - 30)
     said = f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     report_path = tmp_path / "report.json"

@@ -2,7 +2,7 @@
 
 import time
 
-from studio.backend.clients.vllm_omni import RequestTimings
+from studio.backend.clients.base import RequestTimings
 from studio.backend.runs.board import RequestBoard
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.protocol import VideoRequest

@@ -1,6 +1,6 @@
 """The mend of torch's kernel tuning cache lookup (studio.engine.gpu.compile_fixes): which launch a cached pick
-gives, and where the mend is applied. The lookup itself runs only on a GPU with Triton (benchmarks/
-engine_restart.py measures it there)."""
+gives, and where the mend is applied. The lookup itself runs only on a GPU with Triton
+(benchmarks/gpu/engine_restart.py measures it there)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import json
 import httpx
 import pytest
 
+from studio.backend.clients.base import ClientError, RequestRejected, ServerClient, save_stream
 from studio.backend.clients.cosmos_framework import (
     GUARDRAILS_AT_START,
     JOB_ID_PREFIX,
@@ -22,7 +23,7 @@ from studio.backend.clients.cosmos_framework import (
     server_base,
 )
 from studio.backend.clients.router import EndpointPool
-from studio.backend.clients.vllm_omni import ClientError, RequestRejected, ServerClient, VideoClient, save_stream
+from studio.backend.clients.vllm_omni import VideoClient
 from studio.backend.engine_kinds import client_class_for
 from studio.backend.runs.board import RequestBoard
 from studio.backend.runs.request_state import RequestState

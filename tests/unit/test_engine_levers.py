@@ -12,7 +12,9 @@ import gradio as gr
 import pytest
 
 from studio.backend.access import AccessPolicy
+from studio.backend.engine_kinds import EngineKind, engine_kind
 from studio.backend.servers.launchers import LEVER_FLAGS, embedded_launch
+from studio.backend.servers.supervisor import ServerState
 from studio.config import StudioSettings
 from studio.engine.__main__ import build_parser, engine_settings
 from studio.ui.identity import PageAccess
@@ -71,8 +73,19 @@ class StandInController:
     def ready(self) -> bool:
         return True
 
-    def engine_summary(self) -> str:
-        return f"{self.settings.engine}: ready"
+    @property
+    def kind(self) -> EngineKind:
+        return engine_kind(self.settings)
+
+    @property
+    def managed(self) -> bool:
+        return self.kind.managed
+
+    @property
+    def fleet(self) -> SimpleNamespace:
+        """One server, ready: what the engine's state line reads of a fleet."""
+        ready = SimpleNamespace(state=ServerState.READY, url="http://127.0.0.1:9000", startup_s=1.0)
+        return SimpleNamespace(served_model=None, start_error=None, servers=[], server_status=lambda: ready)
 
 
 def argv_of(applied: StudioSettings) -> list[str]:

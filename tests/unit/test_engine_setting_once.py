@@ -4,6 +4,11 @@ engine's own flags."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +71,63 @@ def test_defaults_add_no_flag_for_the_settings_offered():
     assert flags.isdisjoint(offered | {"--no-previews", "--attention-backend"})
     engine = engine_settings(build_parser().parse_args(argv[argv.index("studio.engine") + 1 :]))
     assert all(getattr(engine, name) == EngineSettings.model_fields[name].default for name in SET_AWAY)
+
+
+# One new engine setting: declared in the engine's settings, and named among the levers the studio offers.
+NEW_FIELD = (
+    '    grain: int = Field(title="Film grain", default=1, ge=1, le=9, description="grain added to each frame")\n'
+)
+NEW_LEVER = 'ExposedSetting("grain"), ExposedSetting("previews")'
+
+# Run in a copy of the package with the setting added: the studio's flags (parsed back), the engine's flags, the
+# Server tab's form and the launcher, each as the product builds it.
+REACHES = """
+import argparse, json, gradio as gr
+from studio.backend.servers.launchers import embedded_launch
+from studio.cli.studio_flags import add_engine_flags, studio_settings
+from studio.engine.__main__ import build_parser
+from studio.settings import StudioSettings
+from studio.ui.server_tab import engine_levers_form
+studio_parser = argparse.ArgumentParser()
+add_engine_flags(studio_parser)
+from_flags = studio_settings(studio_parser.parse_args(["--engine-grain", "5"]))
+with gr.Blocks():
+    form = engine_levers_form(StudioSettings())
+grain = form["engine_grain"]
+print(json.dumps({
+    "studio_flag": "--engine-grain" in studio_parser.format_help(),
+    "engine_flag": "--grain" in build_parser().format_help(),
+    "form": [type(grain).__name__, grain.label, grain.value],
+    "argv": embedded_launch(from_flags, port=8123).argv,
+    "refused": not _ok(lambda: StudioSettings(engine_grain=10)),
+}))
+"""
+
+
+def test_one_engine_setting_added_reaches_the_flags_the_form_and_the_launcher(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "studio", tmp_path / "studio", ignore=shutil.ignore_patterns("__pycache__"))
+    engine = tmp_path / "studio" / "settings" / "engine.py"
+    text = engine.read_text()
+    anchor = "    guardrails: bool = Field("
+    engine.write_text(text.replace(anchor, NEW_FIELD + anchor, 1))
+    embedded = tmp_path / "studio" / "settings" / "embedded.py"
+    embedded.write_text(embedded.read_text().replace('ExposedSetting("previews")', NEW_LEVER, 1))
+    script = (
+        "def _ok(make):\n    try:\n        make()\n        return True\n    except Exception:\n        return False\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script + REACHES],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reached = json.loads(done.stdout.strip().splitlines()[-1])
+    assert reached["studio_flag"] and reached["engine_flag"]
+    assert reached["form"] == ["Number", "Film grain", 1]
+    argv = reached["argv"]
+    assert argv[argv.index("--grain") + 1] == "5"
+    assert reached["refused"]

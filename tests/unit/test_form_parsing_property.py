@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from studio.engine.api import ApiError, EngineState, parse_video_form
+from studio.engine.serving import ApiError, EngineState, parse_video_form
 
 STATE = EngineState(
     manager=None,

@@ -1,6 +1,6 @@
 """fp8 matmuls in a Wan transformer's blocks (studio.engine.gpu.fp8). This torch runs the row-wise scaled product on
 the CPU too, so the layers' arithmetic, their install and undo, and their place beside the engine's own kernels
-are checked here; the speed and the GPU's product are measured by benchmarks/step_cache_gpu.py."""
+are checked here; the speed and the GPU's product are measured by benchmarks/experiments/step_cache_gpu.py."""
 
 from __future__ import annotations
 
@@ -155,6 +155,24 @@ def test_fp8_can_take_the_feed_forward_alone() -> None:
         fp8.install(transformer(), ("mlp",))
 
 
+def test_how_fp8_runs_is_given_when_the_engine_is_made_and_kept_by_the_fall_back_to_eager() -> None:
+    from studio.engine.generator import VideoGenerator
+
+    # the defaults are what --quantization fp8 serves
+    assert GpuSetup("cpu").fp8_options == fp8.Fp8Options(fp8.LAYER_KINDS, gelu_kernel=True, fast_accum=True)
+    ffn_only = fp8.Fp8Options(("ffn",), gelu_kernel=False, fast_accum=False)
+    generator = VideoGenerator("unused", device="cpu", quantization="fp8", fp8_options=ffn_only)
+    assert generator.gpu.fp8_options == ffn_only
+    assert generator._options["fp8_options"] == ffn_only  # each follower rank is made with the same
+    setup = GpuSetup("cpu", compile="off", fp8_options=ffn_only)
+    model = transformer()
+    setup.installed_kernels = kernels.install(model, "default")
+    setup.fp8 = fp8.install(model, ("ffn",))
+    setup.fall_back_to_eager(type("Pipe", (), {"transformer": model})())
+    assert setup.fp8.layers == 2 * CONFIG["num_layers"] and not setup.fp8.fast_accum
+    assert isinstance(model.blocks[0].attn1.to_qkv, torch.nn.Linear)
+
+
 def test_a_jobs_record_names_the_servers_fp8_beside_its_own_step_cache(tmp_path) -> None:
     from studio.engine.generation_types import GenerationParams
     from studio.engine.jobs import Job
@@ -268,7 +286,7 @@ def test_fast_accumulation_reaches_every_product_and_survives_the_fall_back_to_e
     assert not installed.fast_accum and not any(isinstance(m, fp8.Fp8Linear) for m in model.modules())
     # the setup's fall back to eager puts fp8 back as it was, fast accumulation and all
     setup = GpuSetup("cpu", compile="off")
-    assert setup.fp8_fast_accum  # what --quantization fp8 serves
+    assert setup.fp8_options.fast_accum  # what --quantization fp8 serves
     model = transformer()
     setup.installed_kernels = kernels.install(model, "default")
     setup.fp8 = fp8.install(model, fast_accum=True)

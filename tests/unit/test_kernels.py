@@ -1,6 +1,6 @@
 """The engine's kernel substitutions in a Wan transformer (studio.engine.gpu.kernels). Off a GPU each op runs its
 plain torch arithmetic, so here they must give diffusers' own results; the Triton and cuBLASLt paths are
-checked against the same arithmetic on the GPU (benchmarks/profile_gpu.py) and by the engine before it serves."""
+checked against the same arithmetic on the GPU (benchmarks/gpu/profile_gpu.py) and by the engine before it serves."""
 
 from __future__ import annotations
 

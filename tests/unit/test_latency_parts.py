@@ -2,7 +2,7 @@
 
 import pytest
 
-from studio.backend.clients.vllm_omni import RequestTimings
+from studio.backend.clients.base import RequestTimings
 from studio.backend.runs.stats import (
     InFlightClock,
     LatencyParts,

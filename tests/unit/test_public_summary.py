@@ -13,6 +13,7 @@ from studio.backend.controller import StudioController
 from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.supervisor import ServerState, ServerStatus
 from studio.config import StudioSettings
+from studio.ui.engine_status import engine_summary, public_summary
 
 REMOTE = "http://10.11.12.13:8000/v1"
 MODEL_PATH = "/srv/models/secret-project/cosmos3-nano"
@@ -68,12 +69,12 @@ def remote(tmp_path):
 
 
 def test_remote_servers_are_not_named_to_visitors(remote):
-    assert remote.public_summary() == "remote servers: not attached"
+    assert public_summary(remote) == "remote servers: not attached"
     remote.fleet.pool = EndpointPool.from_urls([REMOTE])  # attached, without asking the network
     remote.fleet.served_model = MODEL_PATH
-    assert REMOTE in remote.engine_summary() and MODEL_PATH in remote.engine_summary(for_operator=True)
-    public = remote.public_summary()
-    assert public == remote.engine_summary(for_operator=False)
+    assert REMOTE in engine_summary(remote) and MODEL_PATH in engine_summary(remote, for_operator=True)
+    public = public_summary(remote)
+    assert public == engine_summary(remote, for_operator=False)
     assert public == "remote servers: 1 attached, serving cosmos3-nano" and not hidden(public)
 
 
@@ -84,8 +85,8 @@ def test_a_cosmos_framework_server_is_not_named_to_visitors(tmp_path):
     controller = StudioController(settings)
     try:
         controller.fleet.pool = EndpointPool.from_urls([REMOTE, "http://10.11.12.14:8000"])
-        assert "10.11.12.13" in controller.engine_summary()
-        assert controller.public_summary() == "Cosmos Framework servers: 2 attached"
+        assert "10.11.12.13" in engine_summary(controller)
+        assert public_summary(controller) == "Cosmos Framework servers: 2 attached"
     finally:
         controller.close()
 
@@ -106,8 +107,8 @@ def test_the_managed_engine_is_not_located_for_visitors(tmp_path, state, message
         controller.fleet.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
         controller.fleet.served_model = MODEL_PATH
         if state is ServerState.READY:
-            assert "ready at http://127.0.0.1:43117" in controller.engine_summary()  # operators: as before
-        line = controller.public_summary()
+            assert "ready at http://127.0.0.1:43117" in engine_summary(controller)  # operators: as before
+        line = public_summary(controller)
         assert line.startswith(public) and not hidden(line), line
     finally:
         controller.close()
@@ -118,8 +119,8 @@ def test_a_start_error_is_told_to_operators_only(tmp_path):
     controller = StudioController(settings)
     try:
         controller.fleet.start_error = f"no model at {MODEL_PATH} (port 43117)"
-        assert MODEL_PATH in controller.engine_summary()
-        assert controller.public_summary() == "embedded engine: failed to start (an operator can see why)"
+        assert MODEL_PATH in engine_summary(controller)
+        assert public_summary(controller) == "embedded engine: failed to start (an operator can see why)"
     finally:
         controller.close()
 
@@ -131,8 +132,8 @@ def test_a_fleet_says_how_many_replicas_serve_and_not_where(tmp_path):
         controller.fleet.servers = [StubServer(ServerState.READY), StubServer(ServerState.STARTING, port=43118)]
         controller.fleet.layout = "2 x embedded on Ray at 10.11.12.13:6379"
         controller.fleet.pool = EndpointPool.from_urls(["http://127.0.0.1:43117"])
-        assert "Ray at 10.11.12.13" in controller.engine_summary()
-        line = controller.public_summary()
+        assert "Ray at 10.11.12.13" in engine_summary(controller)
+        line = public_summary(controller)
         assert line == "embedded engine: 1 of 2 replicas ready (1 starting)" and not hidden(line)
     finally:
         controller.close()

@@ -1,10 +1,10 @@
-"""The source changes benchmarks/sage_attention_gpu.py makes before it builds SageAttention's CUDA kernels: every
+"""The source changes benchmarks/gpu/sage_attention_gpu.py makes before it builds SageAttention's CUDA kernels: every
 launch on torch's current stream (so that CUDA graphs capture them), and the attention kernel instantiated for the
 engine's case alone."""
 
 from __future__ import annotations
 
-from benchmarks.sage_attention_gpu import narrowed_dispatch, on_current_stream
+from benchmarks.gpu.sage_attention_gpu import narrowed_dispatch, on_current_stream
 
 LAUNCHES = """#include <cuda.h>
 void run() {

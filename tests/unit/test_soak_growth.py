@@ -3,7 +3,7 @@ whole minute past it."""
 
 from __future__ import annotations
 
-from benchmarks.soak_report import growth_by_process
+from benchmarks.cpu.soak_report import growth_by_process
 
 
 def samples(pid: int, minutes: range, rss: dict[int, float]) -> list[dict]:

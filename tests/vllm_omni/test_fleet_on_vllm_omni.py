@@ -9,6 +9,7 @@ from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.backend.servers.supervisor import ServerState
+from studio.ui.engine_status import engine_summary
 from tests.vllm_omni.conftest import vllm_settings
 
 
@@ -20,7 +21,7 @@ def test_two_vllm_omni_replicas_share_a_run(tmp_path):
         assert len(servers) == 2 and all(server.state is ServerState.READY for server in servers)
         assert len({server.base_url for server in servers}) == 2
         assert [server.log_path.name for server in servers] == ["vllm-omni-server-0.log", "vllm-omni-server-1.log"]
-        assert "2 of 2 ready" in controller.engine_summary()
+        assert "2 of 2 ready" in engine_summary(controller)
 
         async def run() -> list:
             spec = RunSpec(

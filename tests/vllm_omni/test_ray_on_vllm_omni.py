@@ -15,6 +15,7 @@ from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.spec import RunSpec
 from studio.backend.servers import ray_cluster
 from studio.backend.servers.supervisor import ServerState
+from studio.ui.engine_status import engine_summary
 from tests.ray_checks import left_running
 from tests.vllm_omni.conftest import vllm_settings
 
@@ -33,7 +34,7 @@ def test_two_vllm_omni_replicas_as_ray_actors_share_a_run(tmp_path):
         servers = controller.fleet.servers
         assert len(servers) == 2 and all(server.state is ServerState.READY for server in servers)
         assert sorted(gpu for server in servers for gpu in (server.gpus or [])) == ["0", "1"]  # one each, from Ray
-        assert "Ray (local)" in controller.engine_summary()
+        assert "Ray (local)" in engine_summary(controller)
 
         async def run() -> list:
             spec = RunSpec(

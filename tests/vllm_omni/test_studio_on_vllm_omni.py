@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from studio.backend.clients.base import RequestRejected
 from studio.backend.clients.router import EndpointPool
-from studio.backend.clients.vllm_omni import RequestRejected, VideoClient
+from studio.backend.clients.vllm_omni import VideoClient
 from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.backend.runs.run import Run

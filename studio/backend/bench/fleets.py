@@ -19,10 +19,10 @@ from studio.backend.engine_kinds import with_engine_key
 from studio.backend.servers import ray_cluster
 from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.layouts import Layout, LayoutError, layout_settings, plan_layout, settings_layout
-from studio.backend.servers.local_fleet import Replica
+from studio.backend.servers.local_fleet import ReplicaPlan
 from studio.backend.servers.machine import cpu_cores, gpus_found
 from studio.backend.servers.ray_fleet import replica_resources
-from studio.backend.servers.supervisor import ManagedServer
+from studio.backend.servers.replica import Replica
 from studio.config import StudioSettings
 
 # On Ray: how long a fleet waits for Ray to place all its replicas (other work on the cluster holding its GPUs)
@@ -39,7 +39,7 @@ class Fleet:
     layout: Layout
     variant: Variant
     settings: StudioSettings  # the fleet's own: replicas, width, extra serve args
-    replicas: list[Replica]  # each with its GPUs (None on a CPU, and on Ray, which picks them)
+    replicas: list[ReplicaPlan]  # each with its GPUs (None on a CPU, and on Ray, which picks them)
     # On Ray: what each replica's actor asks Ray for (num_gpus, num_cpus); None: a fleet of this machine.
     ray_resources: dict[str, float] | None = None
 
@@ -261,12 +261,12 @@ def _plan_on_ray(settings: StudioSettings, config: BenchConfig) -> list[Fleet]:
             fleet_settings = layout_settings(varied, layout)
             # As ray_fleet gives each actor: Ray picks the GPUs and the node picks the port.
             one = fleet_settings.model_copy(update={"replicas": 1, "gpus": None, "server_port": None})
-            replicas = [Replica(index, None, one) for index in range(layout.replicas)]
+            replicas = [ReplicaPlan(index, None, one) for index in range(layout.replicas)]
             fleets.append(Fleet(layout, variant, fleet_settings, replicas, needs[layout]))
     return fleets
 
 
-def placement(fleet: Fleet, servers: list[ManagedServer]) -> dict[str, object]:
+def placement(fleet: Fleet, servers: list[Replica]) -> dict[str, object]:
     """Where the fleet's replicas run, as the report keeps it: on Ray, each replica's node (its address, host name
     and Ray node id) and the GPUs Ray gave it there."""
     if not fleet.on_ray:

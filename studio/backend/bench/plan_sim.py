@@ -132,7 +132,10 @@ def simulate(
 ) -> SimResult:
     """`requests` requests through `fleet`, from an empty fleet: open loop at `rate_per_s` (Poisson) or at the
     instants `arrivals_s` (a run's own, ascending), or a closed loop of `concurrency` in flight (the next sent as
-    one ends, with no slots: as the bench's closed loop runs)."""
+    one ends, with no slots: as the bench's closed loop runs).
+
+    One function on purpose: its event handlers are closures over the simulation's state kept in locals, the
+    cheapest state Python reads in a loop that the planner runs for every fleet and rate it weighs."""
     if sum(given is not None for given in (rate_per_s, concurrency, arrivals_s)) != 1:
         raise ValueError("give a rate or arrival instants (open loop), or a concurrency (closed loop)")
     if arrivals_s is not None:

@@ -30,8 +30,7 @@ from typing import Any
 import httpx
 
 from studio import tiers
-from studio.backend.clients.http import async_client, tls_context
-from studio.backend.clients.vllm_omni import (
+from studio.backend.clients.base import (
     ClientError,
     JobOutcome,
     JobTimeout,
@@ -43,6 +42,7 @@ from studio.backend.clients.vllm_omni import (
     notify,
     save_stream,
 )
+from studio.backend.clients.http import async_client, tls_context
 from studio.backend.engine_kinds import COSMOS_FRAMEWORK_JOB_ID_PREFIX as JOB_ID_PREFIX
 from studio.backend.engine_kinds import GUARDRAILS_AT_START as GUARDRAILS_AT_START
 from studio.backend.engine_kinds import LATENCY_ONLY as LATENCY_ONLY

@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import asdict
 from typing import Any
 
-from studio.backend.clients.vllm_omni import JobOutcome
+from studio.backend.clients.base import JobOutcome
 from studio.backend.runs.request_state import RequestView
 from studio.backend.runs.store import OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR

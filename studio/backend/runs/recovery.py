@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from studio.backend.clients.base import ClientError, RequestRejected, RequestTimings, ServerUnreachable
 from studio.backend.clients.router import Endpoint, EndpointPool
-from studio.backend.clients.vllm_omni import ClientError, RequestRejected, RequestTimings, ServerUnreachable
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.store import OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR

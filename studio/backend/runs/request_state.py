@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from studio import tiers
-from studio.backend.clients.vllm_omni import RequestTimings
+from studio.backend.clients.base import RequestTimings
 from studio.backend.engine_kinds import EngineKind, kind_of_job
 from studio.backend.runs.stats import RequestSample
 from studio.backend.visitors import LOCAL_OPERATOR

@@ -1,15 +1,16 @@
 """A Run: many requests from one RunSpec, at most `concurrency` in flight, an async stream of updates.
 
-Per request: wait for a slot of its run (its `concurrency`), then for one of the studio's, shared fairly across
-visitors (fair_share.py; a run made without a dispatcher has only its own) → pick an endpoint → create, poll,
-download → keep the video (checked, sidecar and history row written: recorder.py) → only then report it done. A
-request's states are in request_state.py; what becomes of one whose server went away, in recovery.py.
+Its face is what other threads and the page call: start, wait, updates, listeners, cancel, fail an endpoint, move a
+request. The cancels, fail_endpoint_threadsafe and move_threadsafe may be called from any thread: where the run goes
+on another thread's event loop, the change is handed to that loop. On that loop the run schedules its requests: each
+in turn takes a slot of the run (its `concurrency`) and a task, which hands it to the run's RequestSender
+(sending.py: a slot of the studio's → endpoint → create, poll, download → recover → keep the video → done) and
+settles it whatever happens. A request's states are in request_state.py.
 
 Only the requests that hold a slot of their run have a task; the others wait their turn as views, in order. So a run
 of thousands costs the event loop no more than its concurrency does, and cancelling it settles the requests it never
 started at once, with one history write made in a worker thread: time in proportion to the run, the loop free
-meanwhile. What changes a run (cancel, fail_endpoint_threadsafe) may be called from any thread: where the run goes
-on another thread's event loop, the change is handed to that loop.
+meanwhile.
 """
 
 from __future__ import annotations
@@ -22,19 +23,19 @@ import functools
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from studio.backend.clients.router import Endpoint, EndpointPool, NoEndpointError
-from studio.backend.clients.vllm_omni import ClientError, JobOutcome, ServerUnreachable
+from studio.backend.clients.router import EndpointPool
 from studio.backend.runs.fair_share import FairShare
 from studio.backend.runs.recorder import RunRecorder
-from studio.backend.runs.recovery import Recovery, after_loss, follow_up, views_from_history
+from studio.backend.runs.recovery import views_from_history
 from studio.backend.runs.request_state import RequestState, RequestView
+from studio.backend.runs.sending import RequestSender
 from studio.backend.runs.spec import MAX_CONCURRENCY, RunSpec
 from studio.backend.runs.store import NewRequest, OutputsFull, OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
-from studio.protocol import JobRecord, VideoRequest
+from studio.protocol import VideoRequest
 
 # Requests settled together are told of this many at a time, the event loop free for others in between.
 EMIT_CHUNK = 500
@@ -55,8 +56,29 @@ def _outcome(view: RequestView) -> dict[str, Any]:
 MOVE_WAIT_S = 5.0
 
 
+class _SenderSetting:
+    """A setting of how the run's requests are sent: kept by its sender alone, read and set through the run, so
+    that a change (auto-restart switched while the run goes on) applies to the requests under way too."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: Run | None, owner: type | None = None) -> Any:
+        return self if run is None else getattr(run._sender, self.name)
+
+    def __set__(self, run: Run, value: Any) -> None:
+        setattr(run._sender, self.name, value)
+
+
 class Run:
     """Executes a RunSpec against an endpoint pool; results go to the store before they are reported."""
+
+    # With auto-restart: a request whose server went away before it started waits for the server to come back (at
+    # most restart_wait_s) and is sent again; one that had started fails with the reason.
+    resubmit_unstarted = _SenderSetting()
+    restart_wait_s = _SenderSetting()
+    server_wait_s = _SenderSetting()
+    request_timeout_s = _SenderSetting()
 
     def __init__(
         self,
@@ -82,8 +104,6 @@ class Run:
         self.recorder = RunRecorder(store, self.id)
         self.visitor = visitor
         self.dispatcher = dispatcher
-        self.server_wait_s = server_wait_s
-        self.request_timeout_s = request_timeout_s
         self.created_at = time.time()
         self.views = [
             RequestView(
@@ -93,10 +113,19 @@ class Run:
         ]
         # Open loop: request i is released `arrivals[i]` seconds after the run starts (else all at once).
         self.arrivals = arrivals
-        # With auto-restart: a request whose server went away before it started waits for the server to come
-        # back (at most restart_wait_s) and is sent again; one that had started fails with the reason.
-        self.resubmit_unstarted = resubmit_unstarted
-        self.restart_wait_s = restart_wait_s
+        # Each request's way from a slot of the studio's to its end; it tells of every change through _emit.
+        self._sender = RequestSender(
+            pool,
+            store,
+            self.recorder,
+            self._emit,
+            visitor=visitor,
+            dispatcher=dispatcher,
+            request_timeout_s=request_timeout_s,
+            resubmit_unstarted=resubmit_unstarted,
+            restart_wait_s=restart_wait_s,
+            server_wait_s=server_wait_s,
+        )
         self._tasks: dict[str, asyncio.Task] = {}  # of the requests that took a slot of the run
         self._scanned = 0  # where _next_to_start looks first: every request before it is started or settled
         self._arrival_queue: list[RequestView] | None = None  # at a request rate: those still to arrive, last first
@@ -138,7 +167,7 @@ class Run:
         spec = RunSpec(prompts=[v.request.prompt for v in views], concurrency=min(MAX_CONCURRENCY, max(1, len(views))))
         return cls(spec, pool, store, request_timeout_s=request_timeout_s, resumed=views, visitor=visitor)
 
-    # ---- control -----------------------------------------------------------------------------------
+    # ---- the face: what other threads and the page call -----------------------------------------------
     def start(self) -> asyncio.Task:
         if self._main is None:
             # In a context of its own: the caller's (a page event's, which holds its HTTP request and connection)
@@ -230,6 +259,44 @@ class Run:
     def finished(self) -> bool:
         return all(view.state.finished for view in self.views)
 
+    def movable(self, view: RequestView) -> bool:
+        """Not yet started (it waits for a slot of the run), in a run whose order is the user's (closed loop)."""
+        return self.arrivals is None and view.state is RequestState.WAITING and view.id not in self._tasks
+
+    def move_threadsafe(self, request_id: str, later: bool) -> str | None:
+        """move, from any thread: on the run's own event loop (a moment's wait where that is another thread's)."""
+        main = self._main
+        if main is None or main.done():
+            return self.move(request_id, later)
+        loop = main.get_loop()
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            return self.move(request_id, later)
+        moved: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+        loop.call_soon_threadsafe(lambda: moved.set_result(self.move(request_id, later)))
+        return moved.result(timeout=MOVE_WAIT_S)
+
+    def move(self, request_id: str, later: bool) -> str | None:
+        """Move a request not yet started one place earlier or later among the run's requests not yet started
+        (they start in that order); None where it moved, else why not. On the run's event loop."""
+        view = self._by_id.get(request_id)
+        if view is None or not self.movable(view):
+            return "only a request that has not started yet can be moved"
+        index = self.views.index(view)
+        step = 1 if later else -1
+        other = index + step
+        while 0 <= other < len(self.views) and not self.movable(self.views[other]):
+            other += step
+        if not 0 <= other < len(self.views):
+            return f"it is the {'last' if later else 'first'} of the run's requests waiting to start"
+        self.views[index], self.views[other] = self.views[other], self.views[index]
+        self._scanned = min(self._scanned, index, other)
+        self._emit(view)
+        return None
+
     def _on_own_loop(self, action: Callable[[], int], expected: Callable[[], int]) -> int:
         """`action` here, where this thread may act on the run (it runs on this thread's loop, or on none yet);
         else handed to the run's loop, and what it is expected to count (as things stand now) returned."""
@@ -250,57 +317,7 @@ class Run:
             return action()
         return count
 
-    def _stop_many(self, views: list[RequestView], state: RequestState, reason: str) -> int:
-        """Stop these requests (those not finished): one that holds no slot of the run is settled now, all of them
-        together in one history write; one under way has its task cancelled (the client DELETEs its job on the
-        server) and is settled by it. Returns how many it stopped."""
-        stopped = 0
-        settled = []
-        for view in views:
-            if view.state.finished:
-                continue
-            stopped += 1
-            task = self._tasks.get(view.id)
-            if task is None:  # the run has not started it: it never will
-                view.finish(state, reason)
-                settled.append(view)
-            elif not task.done():
-                self._cancel_reasons[view.id] = (state, reason)
-                task.cancel()
-        if settled:
-            self._settle(settled)
-        return stopped
-
-    def _settle(self, views: list[RequestView]) -> None:
-        """Record requests finished together, then tell of them: on an event loop, the write goes to a worker
-        thread (one transaction), and they are told of once it is done; without one, here and now."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._record_settled(views)
-            for view in views:
-                self._emit(view)
-            return
-        write = loop.create_task(self._settle_off_loop(views), name=f"{self.id}-settle")
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
-
-    async def _settle_off_loop(self, views: list[RequestView]) -> None:
-        await asyncio.to_thread(self._record_settled, views)
-        for start in range(0, len(views), EMIT_CHUNK):
-            if start:
-                await asyncio.sleep(0)  # the loop serves others between chunks
-            for view in views[start : start + EMIT_CHUNK]:
-                self._emit(view)
-
-    def _record_settled(self, views: list[RequestView]) -> None:
-        try:
-            self.store.finish_requests([(view.id, _outcome(view)) for view in views])
-        except (sqlite3.Error, OutputsFull) as exc:  # still report the outcome, and say what is missing
-            for view in views:
-                view.error = f"{view.error or ''} (history not saved: {exc})".strip()
-
-    # ---- execution ---------------------------------------------------------------------------------
+    # ---- the scheduling, on the run's event loop ------------------------------------------------------
     async def _execute(self) -> None:
         self._started = time.monotonic()
         started_at = time.time()
@@ -351,43 +368,18 @@ class Run:
         self._scanned = len(self.views)
         return None
 
-    def movable(self, view: RequestView) -> bool:
-        """Not yet started (it waits for a slot of the run), in a run whose order is the user's (closed loop)."""
-        return self.arrivals is None and view.state is RequestState.WAITING and view.id not in self._tasks
-
-    def move_threadsafe(self, request_id: str, later: bool) -> str | None:
-        """move, from any thread: on the run's own event loop (a moment's wait where that is another thread's)."""
-        main = self._main
-        if main is None or main.done():
-            return self.move(request_id, later)
-        loop = main.get_loop()
+    async def _drive(self, view: RequestView) -> None:
+        """One request from its turn to its end (it holds a slot of the run): the sender sees it through;
+        whatever happens, it ends finished with a reason."""
         try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if here is loop:
-            return self.move(request_id, later)
-        moved: concurrent.futures.Future[str | None] = concurrent.futures.Future()
-        loop.call_soon_threadsafe(lambda: moved.set_result(self.move(request_id, later)))
-        return moved.result(timeout=MOVE_WAIT_S)
-
-    def move(self, request_id: str, later: bool) -> str | None:
-        """Move a request not yet started one place earlier or later among the run's requests not yet started
-        (they start in that order); None where it moved, else why not. On the run's event loop."""
-        view = self._by_id.get(request_id)
-        if view is None or not self.movable(view):
-            return "only a request that has not started yet can be moved"
-        index = self.views.index(view)
-        step = 1 if later else -1
-        other = index + step
-        while 0 <= other < len(self.views) and not self.movable(self.views[other]):
-            other += step
-        if not 0 <= other < len(self.views):
-            return f"it is the {'last' if later else 'first'} of the run's requests waiting to start"
-        self.views[index], self.views[other] = self.views[other], self.views[index]
-        self._scanned = min(self._scanned, index, other)
-        self._emit(view)
-        return None
+            await self._sender.deliver(view)
+        except asyncio.CancelledError:
+            state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
+            if not view.state.finished:
+                self._sender.finish(view, state, reason)
+        except Exception as exc:  # never lose a request: it ends failed with the reason
+            if not view.state.finished:
+                self._sender.finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
 
     def _ended(self, view: RequestView, _task: asyncio.Task) -> None:
         """A request's task is over: its slot goes to the next request. One cancelled before its task began is
@@ -395,170 +387,59 @@ class Run:
         self._slots.release()
         if not view.state.finished:
             state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
-            self._finish(view, state, reason)
+            self._sender.finish(view, state, reason)
 
     def _emit(self, view: RequestView) -> None:
         self._updates.put_nowait(view)
         for listener in self._listeners:
             listener(view)
 
-    async def _drive(self, view: RequestView) -> None:
-        """One request from its turn to its end (it holds a slot of the run); whatever happens, it ends finished
-        with a reason."""
+    def _stop_many(self, views: list[RequestView], state: RequestState, reason: str) -> int:
+        """Stop these requests (those not finished): one that holds no slot of the run is settled now, all of them
+        together in one history write; one under way has its task cancelled (the client DELETEs its job on the
+        server) and is settled by it. Returns how many it stopped."""
+        stopped = 0
+        settled = []
+        for view in views:
+            if view.state.finished:
+                continue
+            stopped += 1
+            task = self._tasks.get(view.id)
+            if task is None:  # the run has not started it: it never will
+                view.finish(state, reason)
+                settled.append(view)
+            elif not task.done():
+                self._cancel_reasons[view.id] = (state, reason)
+                task.cancel()
+        if settled:
+            self._settle(settled)
+        return stopped
+
+    def _settle(self, views: list[RequestView]) -> None:
+        """Record requests finished together, then tell of them: on an event loop, the write goes to a worker
+        thread (one transaction), and they are told of once it is done; without one, here and now."""
         try:
-            async with self._studio_slot():
-                if view.job_id is not None:  # left at a server by an earlier studio
-                    await self._recover(view, follow_up(view, self.pool.latest()))
-                else:
-                    await self._send(view)
-        except asyncio.CancelledError:
-            state, reason = self._cancel_reasons.get(view.id, (RequestState.CANCELLED, "cancelled"))
-            if not view.state.finished:
-                self._finish(view, state, reason)
-        except Exception as exc:  # never lose a request: it ends failed with the reason
-            if not view.state.finished:
-                self._finish(view, RequestState.FAILED, f"{type(exc).__name__}: {exc}")
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._record_settled(views)
+            for view in views:
+                self._emit(view)
+            return
+        write = loop.create_task(self._settle_off_loop(views), name=f"{self.id}-settle")
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
 
-    def _studio_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
-        return self.dispatcher.slot(self.visitor) if self.dispatcher is not None else contextlib.nullcontext()
+    async def _settle_off_loop(self, views: list[RequestView]) -> None:
+        await asyncio.to_thread(self._record_settled, views)
+        for start in range(0, len(views), EMIT_CHUNK):
+            if start:
+                await asyncio.sleep(0)  # the loop serves others between chunks
+            for view in views[start : start + EMIT_CHUNK]:
+                self._emit(view)
 
-    async def _send(self, view: RequestView) -> None:
-        """Send the request; if an endpoint cannot be reached before it accepted the job, try another."""
-        tried: set[str] = set()
-        while True:
-            pool = self.pool.latest()  # where the fleet was started anew since the run began, its new servers
-            try:
-                endpoint = pool.acquire(exclude=tried)
-            except NoEndpointError as exc:
-                waited = await self._wait_for_server(view, pool, exc)
-                if waited is None:
-                    tried.clear()  # a server came back: everything may be tried again
-                    continue
-                self._finish(view, RequestState.FAILED, waited if not tried else f"no server took it: {waited}")
-                return
-            tried.add(endpoint.url)
-            try:
-                await self._send_to(view, endpoint)
-                return
-            except ServerUnreachable as exc:
-                pool.mark_down(endpoint, str(exc))
-                if view.job_id is None:  # it never reached the server: back to waiting in the studio
-                    view.unsend()
-                    self.recorder.requeued(view)
-                    self._emit(view)
-                    continue
-                # Accepted, then lost: never run twice.
-                recovery = await after_loss(view, endpoint, pool, exc, self.resubmit_unstarted, self.restart_wait_s)
-                if not await self._recover(view, recovery):
-                    return
-                tried.discard(endpoint.url)
-
-    async def _wait_for_server(self, view: RequestView, pool: EndpointPool, none_up: NoEndpointError) -> str | None:
-        """No server of `pool` is up: wait for one to come back (through a restart, with auto-restart; else at most
-        server_wait_s), or for the pool to be handed over to a fleet started anew, saying so in the request
-        meanwhile. None once one is back (or the pool was handed over), else why the request fails."""
-        restart_s = self.restart_wait_s if self.resubmit_unstarted else 0.0
-        wait_s = max(restart_s, self.server_wait_s)
-        if wait_s <= 0:
-            return str(none_up)
-        view.error = f"{none_up}; waiting up to {wait_s:.0f} s for it to come back"
-        self._emit(view)
-        # A server that is not restarting is given server_wait_s to answer its health check again.
-        back = await pool.wait_back(timeout_s=wait_s, grace_s=max(5.0, self.server_wait_s))
-        view.error = None
-        if back is not None or pool.latest() is not pool:
-            return None
-        return f"{none_up}; none came back within {wait_s:.0f} s"
-
-    async def _send_to(self, view: RequestView, endpoint: Endpoint) -> None:
-        """Create the job on `endpoint` (already acquired) and see it through. Raises ServerUnreachable where
-        the endpoint cannot be reached, for the caller to try elsewhere or recover."""
-
-        def create() -> Awaitable[JobOutcome]:
-            view.send_to(endpoint.url)
-            self.recorder.sent(view)
-            self._emit(view)
-
-            return endpoint.client.run(
-                view.request,
-                self.store.video_path_for(view.id, view.timings.created),
-                on_update=lambda record: self._track(view, record),
-                timeout_s=self.request_timeout_s,
-                timings=view.timings,
-                on_accepted=lambda record: self._accept(view, record),
-                on_event=view.job_event,
-            )
-
-        await self._see_through(view, endpoint, create, unreachable_raises=True)
-
-    async def _recover(self, view: RequestView, recovery: Recovery) -> bool:
-        """Act on a recovery. True: the request is to be sent again; False: it is settled here."""
-        if recovery.follow is not None:
-            endpoint, record = recovery.follow
-            self.pool.hold(endpoint)
-            await self._see_through(
-                view,
-                endpoint,
-                lambda: endpoint.client.follow(
-                    record,
-                    self.store.video_path_for(view.id, view.timings.created),
-                    on_update=lambda update: self._track(view, update),
-                    timeout_s=self.request_timeout_s,
-                    timings=view.timings,
-                    on_event=view.job_event,
-                ),
-                failure_prefix=recovery.failure_prefix,
-            )
-            return False
-        if recovery.resend:
-            view.requeue()
-            self.recorder.requeued(view)
-            self._emit(view)
-            return True
-        self._finish(view, RequestState.FAILED, recovery.failure)
-        return False
-
-    async def _see_through(
-        self,
-        view: RequestView,
-        endpoint: Endpoint,
-        start_job: Callable[[], Awaitable[JobOutcome]],
-        failure_prefix: str = "",
-        unreachable_raises: bool = False,
-    ) -> None:
-        """Start a job on `endpoint` (the request already counted there), await its outcome and settle the
-        request; the endpoint's count is released with the result, whatever happens."""
-        ok = False
+    def _record_settled(self, views: list[RequestView]) -> None:
         try:
-            try:
-                outcome = await start_job()
-            except ClientError as exc:
-                if unreachable_raises and isinstance(exc, ServerUnreachable):
-                    raise
-                self._finish(view, RequestState.FAILED, f"{failure_prefix}{exc}")
-                return
-            ok = await self._complete(view, outcome)
-        finally:
-            self.pool.release(endpoint, ok)
-
-    def _accept(self, view: RequestView, record: JobRecord) -> None:
-        view.accept(record.id)
-        self.recorder.accepted(view)
-
-    def _track(self, view: RequestView, record: JobRecord) -> None:
-        view.track(record)
-        self._emit(view)
-
-    async def _complete(self, view: RequestView, outcome: JobOutcome) -> bool:
-        """Keep the video of a job that ended (or fail with the reason); True when the request is done."""
-        if outcome.ok:
-            failure = await self.recorder.keep_video(view, outcome)
-        else:
-            failure = view.job_failure(outcome.record)
-        self._finish(view, RequestState.DONE if failure is None else RequestState.FAILED, failure)
-        return failure is None
-
-    def _finish(self, view: RequestView, state: RequestState, error: str | None) -> None:
-        view.finish(state, error)
-        self.recorder.finished(view)  # before anyone hears of it
-        self._emit(view)
+            self.store.finish_requests([(view.id, _outcome(view)) for view in views])
+        except (sqlite3.Error, OutputsFull) as exc:  # still report the outcome, and say what is missing
+            for view in views:
+                view.error = f"{view.error or ''} (history not saved: {exc})".strip()

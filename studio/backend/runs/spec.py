@@ -118,7 +118,7 @@ def _whole_number_range(name: str, tier: object) -> tuple[int, int]:
         return 1, MAX_CONCURRENCY
     if name == "steps":
         return MIN_STEPS, MAX_STEPS
-    most = tiers.MAX_FRAMES.get(str(tier or tiers.DEFAULT_TIER), max(tiers.MAX_FRAMES.values()))
+    most = tiers.TIER_MAX_FRAMES.get(str(tier or tiers.DEFAULT_TIER), max(tiers.TIER_MAX_FRAMES.values()))
     return tiers.MIN_FRAMES, most
 
 
@@ -133,8 +133,8 @@ class RunSpec(BaseModel):
 
     prompts: list[str] = Field(min_length=1)
     negative_prompt: str | None = None
-    tier: str = tiers.DEFAULT_TIER
-    aspect: str = tiers.DEFAULT_ASPECT
+    tier: tiers.Tier = tiers.DEFAULT_TIER
+    aspect: tiers.Aspect = tiers.DEFAULT_ASPECT
     frames: int | None = None
     fps: int | None = None
     steps: InferenceSteps | None = None

@@ -19,7 +19,7 @@ import numpy as np
 
 
 class Timings(Protocol):
-    """What the parts are read from: studio.backend.clients.vllm_omni.RequestTimings."""
+    """What the parts are read from: studio.backend.clients.base.RequestTimings."""
 
     created: float
     sent: float | None

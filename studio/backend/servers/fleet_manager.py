@@ -35,8 +35,9 @@ from studio.backend.servers.autoscale import (
     ScalingLoop,
     ScalingPolicy,
 )
-from studio.backend.servers.local_fleet import LocalReplicas, Replica, ReplicaMaker
-from studio.backend.servers.supervisor import ManagedServer, ServerState, ServerStatus
+from studio.backend.servers.local_fleet import LocalReplicas, ReplicaMaker, ReplicaPlan
+from studio.backend.servers.replica import Replica
+from studio.backend.servers.supervisor import ServerState, ServerStatus
 from studio.config import ScalingSettings, StudioSettings
 
 if TYPE_CHECKING:
@@ -76,10 +77,9 @@ class FleetHooks:
     waiting: Callable[[], int] = _nothing_waits
 
 
-def _whereabouts(server: ManagedServer) -> str:
+def _whereabouts(server: Replica) -> str:
     """Where a replica runs, as far as it says: ' on node 10.0.0.5 (1a2b3c4d), GPUs 0,1'."""
-    node = getattr(server, "node", None)
-    parts = [f"node {node}"] if node else []
+    parts = [f"node {server.node}"] if server.node else []
     if server.gpus:
         parts.append(f"GPUs {','.join(server.gpus)}")
     return f" on {', '.join(parts)}" if parts else ""
@@ -118,8 +118,8 @@ class FleetManager:
         logs_dir: Path,
         hooks: FleetHooks | None = None,
         *,
-        plan: list[Replica] | None = None,
-        servers: list[ManagedServer] | None = None,
+        plan: list[ReplicaPlan] | None = None,
+        servers: list[Replica] | None = None,
         placement_timeout_s: float | None = None,
     ):
         self.settings = settings
@@ -129,7 +129,7 @@ class FleetManager:
         self.auto_restart = settings.auto_restart  # the operator may turn it on or off while the fleet serves
         self._plan = plan
         self._placement_timeout_s = placement_timeout_s
-        self.servers: list[ManagedServer] = list(servers or [])  # RayServer: the same interface
+        self.servers: list[Replica] = list(servers or [])  # ManagedServer, or RayServer on Ray
         self.layout: str | None = None  # "2 x TP4 on GPUs 0-7", once the fleet is planned
         self.pool: EndpointPool | None = None
         # The pool of the fleet this one replaces (the controller's, at an operator's restart with new settings):
@@ -155,7 +155,7 @@ class FleetManager:
         return self.kind.managed
 
     @property
-    def server(self) -> ManagedServer | None:
+    def server(self) -> Replica | None:
         """The first replica: the one server of a fleet of one."""
         return self.servers[0] if self.servers else None
 
@@ -186,7 +186,7 @@ class FleetManager:
         return options
 
     # ---- start and stop ---------------------------------------------------------------------------
-    def launch(self) -> list[ManagedServer]:
+    def launch(self) -> list[Replica]:
         """Plan the managed fleet (first call only) and set every replica starting, side by side; returns at once.
         Raises LaunchError where the GPUs cannot hold the layout, ServerStartError where a server cannot start."""
         with self._lock:
@@ -213,7 +213,7 @@ class FleetManager:
         if not self.managed:
             if not self.settings.remote_urls:
                 raise ValueError(f"{self.kind.label}: give at least one server URL ({REMOTE_URLS_WHERE})")
-            from studio.backend.clients.vllm_omni import server_root
+            from studio.backend.clients.base import server_root
 
             self._attach([server_root(url) for url in self.settings.remote_urls])
             return
@@ -225,7 +225,7 @@ class FleetManager:
         if self.scaling is not None:
             self.scaling.start()
 
-    def _wait_placed(self, servers: list[ManagedServer]) -> None:
+    def _wait_placed(self, servers: list[Replica]) -> None:
         """On Ray: every replica placed before any starts (ServerStartError where Ray has no room for one)."""
         if self._replicas is None or self._placement_timeout_s is None:
             return  # else each replica starts once placed, as Ray finds room
@@ -316,12 +316,12 @@ class FleetManager:
         self.pool = None
 
     # ---- one replica ------------------------------------------------------------------------------
-    def replica(self, index: int) -> ManagedServer:
+    def replica(self, index: int) -> Replica:
         if not 0 <= index < len(self.servers):
             raise ValueError(f"no replica {index}: this studio runs {len(self.servers)} (0 to {len(self.servers) - 1})")
         return self.servers[index]
 
-    def _take_out(self, index: int, reason: str) -> ManagedServer:
+    def _take_out(self, index: int, reason: str) -> Replica:
         """Before a replica goes down on purpose: no new work for it, what it runs fails with the reason, and
         what it only queued is sent to the other replicas (or waits for it, where none is up)."""
         server = self.replica(index)
@@ -417,14 +417,14 @@ class FleetManager:
         self._drop_replica(server)
         return f"{name} at {url} stopped" + (" and its Ray actor ended" if self.settings.cluster == "ray" else "")
 
-    def _drop_replica(self, server: ManagedServer) -> None:
+    def _drop_replica(self, server: Replica) -> None:
         with self._scaling_lock:
             self.servers = [other for other in self.servers if other is not server]
         if self._replicas is not None:
             self._replicas.retire(server)
 
     # ---- crashes ----------------------------------------------------------------------------------
-    def _server_exited(self, server: ManagedServer) -> None:
+    def _server_exited(self, server: Replica) -> None:
         """Called from the server's exit watcher when it dies on its own."""
         tail = " | ".join(server.crash_lines(5))  # what explains the crash, not the start-up banner
         reason = f"the server crashed (exit code {server.exit_code})" + (f": {tail}" if tail else "")
@@ -451,7 +451,7 @@ class FleetManager:
             return False
         return True
 
-    def _auto_restart(self, server: ManagedServer, reason: str) -> None:
+    def _auto_restart(self, server: Replica, reason: str) -> None:
         url = server.base_url
         log.warning("restarting the server after: %s", reason)
         try:

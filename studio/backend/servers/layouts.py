@@ -20,7 +20,7 @@ from studio.backend.engine_kinds import ReplicaShape, engine_kind
 from studio.config import StudioSettings
 
 if TYPE_CHECKING:
-    from studio.backend.servers.local_fleet import Replica
+    from studio.backend.servers.local_fleet import ReplicaPlan
 
 # A sanity bound: a node has at most a few dozen GPUs, and each replica is a process of its own.
 MAX_REPLICAS = 64
@@ -112,7 +112,7 @@ def _check_spreads(settings: StudioSettings, layout: Layout) -> None:
         )
 
 
-def plan_layout(settings: StudioSettings, layout: Layout, found: list[str] | None = None) -> list[Replica]:
+def plan_layout(settings: StudioSettings, layout: Layout, found: list[str] | None = None) -> list[ReplicaPlan]:
     """The replicas of a layout with their GPUs; LayoutError where the GPUs cannot hold it. `found`: the
     machine's GPUs (default: every GPU found)."""
     # Imported here: the bench's form parses layouts at the CLI's start-up, which stays light.

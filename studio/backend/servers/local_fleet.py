@@ -18,12 +18,13 @@ from typing import Protocol
 from studio.backend.engine_kinds import ReplicaShape, engine_kind
 from studio.backend.servers.launchers import LaunchError, launch_for, parse_gpus, world_size
 from studio.backend.servers.machine import cpu_cores, gpus_found
+from studio.backend.servers.replica import Replica
 from studio.backend.servers.supervisor import ManagedServer
 from studio.config import StudioSettings
 
 
 @dataclass(frozen=True)
-class Replica:
+class ReplicaPlan:
     index: int
     gpus: list[str] | None  # None: no GPUs of its own (an embedded engine on the CPU)
     settings: StudioSettings  # this replica's: its GPUs, its port, its threads
@@ -42,7 +43,7 @@ def _uses_gpus(settings: StudioSettings, found: list[str]) -> bool:
     return settings.device == "cuda" or (settings.device == "auto" and bool(found))
 
 
-def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: int | None = None) -> list[Replica]:
+def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: int | None = None) -> list[ReplicaPlan]:
     """The replicas `settings` ask for (settings.replicas of width world_size), each with its GPUs. `found`:
     the machine's GPUs (default: NVML's); `cores`: its cores (default: this process's). Raises LaunchError
     where the GPUs cannot hold the layout."""
@@ -75,7 +76,7 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
             update["gpus"] = ",".join(group)
         if settings.server_port is not None:
             update["server_port"] = settings.server_port + index
-        replicas.append(Replica(index, group, settings.model_copy(update=update)))
+        replicas.append(ReplicaPlan(index, group, settings.model_copy(update=update)))
     return replicas
 
 
@@ -91,7 +92,7 @@ def _span(gpus: list[str]) -> str:
     return ",".join(gpus)
 
 
-def layout_label(settings: StudioSettings, replicas: list[Replica]) -> str:
+def layout_label(settings: StudioSettings, replicas: list[ReplicaPlan]) -> str:
     """The layout in a few words: "2 x TP4 on GPUs 0-7", "1 x embedded on the CPU"."""
     shape = _shape(settings).label(settings) or settings.engine
     gpus = [gpu for replica in replicas for gpu in (replica.gpus or [])]
@@ -102,7 +103,9 @@ def layout_label(settings: StudioSettings, replicas: list[Replica]) -> str:
     return f"{len(replicas)} x {shape} {where}"
 
 
-def managed_fleet(settings: StudioSettings, logs_dir: Path, plan: list[Replica] | None = None) -> list[ManagedServer]:
+def managed_fleet(
+    settings: StudioSettings, logs_dir: Path, plan: list[ReplicaPlan] | None = None
+) -> list[ManagedServer]:
     """A managed server per replica of `plan` (default: plan_fleet's), not started: its own port, log, GPUs and
     restarts."""
     servers = []
@@ -122,25 +125,26 @@ def managed_fleet(settings: StudioSettings, logs_dir: Path, plan: list[Replica] 
 
 
 class ReplicaMaker(Protocol):
-    """Makes a fleet's replicas one at a time, and ends those taken out (LocalReplicas, or ray_fleet.RayReplicas)."""
+    """Makes a fleet's replicas one at a time, and ends those taken out (LocalReplicas, or ray_fleet.RayReplicas).
+    Each is a running replica (servers.replica.Replica), made from a ReplicaPlan (its GPUs and settings)."""
 
     @property
     def layout(self) -> str: ...
 
-    def new(self) -> ManagedServer: ...
+    def new(self) -> Replica: ...
 
     def wait_placed(
-        self, server: ManagedServer, cancelled: threading.Event | None = None, timeout_s: float | None = None
+        self, server: Replica, cancelled: threading.Event | None = None, timeout_s: float | None = None
     ) -> bool: ...
 
-    def retire(self, server: ManagedServer) -> None: ...
+    def retire(self, server: Replica) -> None: ...
 
 
 class LocalReplicas:
     """The fleet on this machine's GPUs (or cores). Planned for the most replicas it may have (--replicas-max, else
     --replicas), so that each replica, one added later too, has GPUs of its own (or its share of the cores)."""
 
-    def __init__(self, settings: StudioSettings, logs_dir: Path, plan: list[Replica] | None = None):
+    def __init__(self, settings: StudioSettings, logs_dir: Path, plan: list[ReplicaPlan] | None = None):
         """`plan`: the replicas with their GPUs where the caller planned them already (a bench's layout)."""
         most = settings.replicas_max if settings.scales else settings.replicas
         self._settings = settings.model_copy(update={"replicas": most})

@@ -1,7 +1,7 @@
 """The fleet on a Ray cluster: each replica is a Ray actor that asks Ray for its GPUs, runs the server
 subprocess (embedded engine or vLLM-Omni) on the node Ray placed it on, and reports its URL and state; the
-studio holds a `RayServer` per replica, with ManagedServer's interface, and its router talks to the servers
-directly.
+studio holds a `RayServer` per replica, a servers.replica.Replica as ManagedServer is, and its router talks to
+the servers directly.
 
 A server that dies on its own is reported to the studio (what it ran fails, what it queued goes to the other
 replicas) and started again on its port: by the studio's auto-restart where that is on, else by its RayServer.
@@ -180,8 +180,9 @@ def replica_resources(settings: StudioSettings) -> dict[str, float]:
 
 
 class RayServer:
-    """In the studio: one replica on the cluster, with ManagedServer's interface (start, wait_ready, stop,
-    restart, state, base_url, on_exit, ...). Its state is the last the actor reported, so reading it costs no call."""
+    """In the studio: one replica on the cluster, a servers.replica.Replica as ManagedServer is (start, wait_ready,
+    stop, restart, state, base_url, on_exit, ...). Its state is the last the actor reported, so reading it costs no
+    call."""
 
     def __init__(
         self,

@@ -160,7 +160,8 @@ class _Process:
 
 
 class ManagedServer:
-    """A server process the studio owns. `launch(port)` builds its argv and env."""
+    """A server process the studio owns, on this machine (a servers.replica.Replica). `launch(port)` builds its argv
+    and env."""
 
     def __init__(
         self,
@@ -207,6 +208,11 @@ class ManagedServer:
     @property
     def pid(self) -> int | None:
         return self._proc.popen.pid if self._proc else None
+
+    @property
+    def node(self) -> str | None:
+        """None: it runs on this machine (a replica on Ray names the node it runs on)."""
+        return None
 
     def status(self) -> ServerStatus:
         with self._lock:

@@ -4,8 +4,8 @@ With the compiler's kernel tuning on (`coordinate_descent_tuning`, the engine's 
 loaded from the FX graph cache asks its autotune cache for the block sizes an earlier start picked
 (`CachingAutotuner.recheck_autotune_cache`). Before torch 2.12 that lookup drops the pick for every kernel
 with a single candidate configuration, and drops its "found by tuning" mark for the others (pytorch/pytorch
-issue 172819, fixed by pull request 173391), so every start times every kernel's block sizes again: on an
-H200 about 8 s per warmed shape of the Wan 1.3B transformer, most of a warm restart. The mend runs after
+issue 172819, fixed by pull request 173391), so every start times every kernel's block sizes again, for each
+warmed shape: most of a warm restart (benchmarks/RESULTS.md, warm restarts). The mend runs after
 torch's own lookup and applies the cached pick as the fixed torch does; torch has no public setting for it.
 """
 

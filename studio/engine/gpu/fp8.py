@@ -10,16 +10,16 @@ The scaling and the cast are plain torch ops inside the compiled blocks: inducto
 makes the activation (the norm and modulation before q/k/v), so the activation reaches memory once, in fp8, and no
 pass of its own is paid for it (measured: a separate cast costs more than the fp8 product saves). The feed-forward's
 GELU is the exception: its rows are 8,960 wide, and inductor's kernel for GELU, row maximum and cast reads each row
-twice and computes the GELU twice (0.85 ms a block at 480p). There one Triton kernel (`gelu_quantize_rows`) does the
-three: the first projection writes its bf16 product, the kernel takes each row in two passes over chunks of
-GELU_CHUNK columns (the largest GELU magnitude, then the scaled cast; the second pass finds the row in L2) and writes
-the GELU's e4m3 rows and their scales, and the second projection takes them: 0.49 of inductor's time at 480p, and
-0.92 of the same kernel holding a whole row in registers (few such programs fit on a multiprocessor at once). It is
-used where asked for (`GpuSetup.fp8_gelu_kernel`, on by default) and where a check on the GPU at install finds it
-equal to the torch version (`gelu_kernel_problem`). The products accumulate in the fp8 MMA's own accumulator
-(`Fp8Linear.fast_accum`, `GpuSetup.fp8_fast_accum`): 0.669 of the plain call at 480p against 0.697 with cuBLAS's
-float32 promotion, at the same fidelity (benchmarks/RESULTS.md). The embedding layers and the output projection
-stay in bf16, as do norms, attention and the modulation: only the products change.
+twice and computes the GELU twice. There one Triton kernel (`gelu_quantize_rows`) does the three: the first
+projection writes its bf16 product, the kernel takes each row in two passes over chunks of GELU_CHUNK columns (the
+largest GELU magnitude, then the scaled cast; the second pass finds the row in L2) and writes the GELU's e4m3 rows
+and their scales, and the second projection takes them: much faster than inductor's kernel, and a little faster
+than the same kernel holding a whole row in registers (few such programs fit on a multiprocessor at once;
+benchmarks/RESULTS.md, fp8 with fast accumulation). It is used where asked for (`Fp8Options.gelu_kernel`, on by
+default) and where a check on the GPU at install finds it equal to the torch version (`gelu_kernel_problem`). The
+products accumulate in the fp8 MMA's own accumulator (`Fp8Linear.fast_accum`, `Fp8Options.fast_accum`): faster than
+cuBLAS's float32 promotion, at the same fidelity (benchmarks/RESULTS.md, fp8 with fast accumulation). The embedding
+layers and the output projection stay in bf16, as do norms, attention and the modulation: only the products change.
 
 `install` quantizes a transformer and returns a handle that puts the bf16 layers back; `install_checked` keeps it
 only where a forward with it stays close to the bf16 one. The bf16 weights are moved to the host while fp8 is in
@@ -49,6 +49,19 @@ MAX_RELATIVE_RMS = 0.15
 QUANTIZATION_CHOICES: tuple[str, ...] = get_args(QuantizationName)
 # The kinds of block layers fp8 can take: the attentions' projections, the feed-forward's two.
 LAYER_KINDS = ("attention", "ffn")
+
+
+@dataclass(frozen=True)
+class Fp8Options:
+    """How fp8 runs where it is asked for: the block layers it takes (some of LAYER_KINDS), the feed-forward's GELU
+    in the cast's Triton kernel where that kernel checks out (`gelu_quantize_rows`: faster than inductor's kernel
+    for the same pass), and the products accumulating in the fp8 MMA's own accumulator (`Fp8Linear.fast_accum`:
+    faster, at the same fidelity; benchmarks/RESULTS.md, fp8 with fast accumulation). The defaults are what
+    `--quantization fp8` serves; benchmarks/gpu/levers_gpu.py builds engines with others to compare them."""
+
+    layers: tuple[str, ...] = LAYER_KINDS
+    gelu_kernel: bool = True
+    fast_accum: bool = True
 
 
 class Fp8Unavailable(RuntimeError):
@@ -84,7 +97,7 @@ def fp8_available(device: str) -> str | None:
 GELU_TANH_C = 0.7978845608028654
 GELU_TANH_CUBE = 0.044715
 # Columns the GELU kernel takes at a time (two passes over each row); 0: the whole row at once, in one pass.
-# benchmarks/fp8_gelu_gpu.py times both.
+# benchmarks/experiments/fp8_gelu_gpu.py times both.
 GELU_CHUNK = 1024
 
 

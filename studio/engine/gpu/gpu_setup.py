@@ -33,6 +33,7 @@ class GpuSetup:
         fused_kernels: bool = True,
         tune_kernels: bool = True,
         quantization: str = "none",
+        fp8_options: fp8.Fp8Options = fp8.Fp8Options(),
     ):
         if compile == "auto":
             compile = "blocks" if device == "cuda" else "off"
@@ -52,13 +53,7 @@ class GpuSetup:
         self.installed_kernels: kernels.Installed | None = None
         self.tune_kernels = tune_kernels and device == "cuda"
         self.quantization = fp8.parse_quantization(quantization)  # asked for; `fp8` holds what was applied
-        self.fp8_layers: tuple[str, ...] = fp8.LAYER_KINDS  # which block layers fp8 takes (benchmarks compare)
-        # The feed-forward's GELU in the cast's Triton kernel where it checks out at start: 0.49 of the time of
-        # inductor's kernel for the same pass (benchmarks/fp8_gelu_gpu.py). Benchmarks turn it off to compare.
-        self.fp8_gelu_kernel = True
-        # The products accumulate in the fp8 MMA's own accumulator (fp8.Fp8Linear.fast_accum): 0.669 of the plain
-        # call at 480p against 0.697, the same fidelity (levers_gpu.py's fp8 against fp8-exact-accum).
-        self.fp8_fast_accum = True
+        self.fp8_options = fp8_options  # how fp8 runs where it is asked for (the defaults: what it serves)
         self.fp8: fp8.Fp8Installed | None = None
         self.fp8_difference: float | None = None  # a small forward's relative RMS difference from bf16
         self.fused_qkv = False
@@ -100,7 +95,11 @@ class GpuSetup:
             # After the engine's kernels (fp8 takes over the feed-forward's GELU projection they put in) and before
             # the compile, so that each activation's scaling fuses into the kernel that makes it.
             self.fp8, self.fp8_difference = fp8.install_checked(
-                transformer, self.device, self.fp8_layers, self.fp8_gelu_kernel, self.fp8_fast_accum
+                transformer,
+                self.device,
+                self.fp8_options.layers,
+                self.fp8_options.gelu_kernel,
+                self.fp8_options.fast_accum,
             )
         if self.cuda_graphs:
             self.graphs = GraphedForward(forward)
@@ -191,7 +190,9 @@ class GpuSetup:
                 self.fp8.undo()
             self.remove_kernels()
             if self.fp8 is not None:
-                self.fp8 = fp8.install(transformer, self.fp8_layers, fuse_gelu=gelu_fused, fast_accum=fast_accum)
+                self.fp8 = fp8.install(
+                    transformer, self.fp8_options.layers, fuse_gelu=gelu_fused, fast_accum=fast_accum
+                )
         if self.attention_backend is not None and hasattr(transformer, "set_attention_backend"):
             transformer.set_attention_backend("native")
         self.compile, self.attention_backend = "off", None

@@ -2,7 +2,7 @@
 
 Each keeps the module's arithmetic (the same weights, the same normalisation, rotation and activation) and
 changes only how it is issued, where the compiled module would otherwise spend a pass over memory that a
-better-placed kernel avoids (measured per kernel by benchmarks/profile_gpu.py):
+better-placed kernel avoids (measured per kernel by benchmarks/gpu/profile_gpu.py):
 
 - the feed-forward's first projection with its bias and tanh-GELU in the cuBLASLt epilogue: the
   (tokens x ffn_dim) result is written once instead of written, read and written again;

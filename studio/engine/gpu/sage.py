@@ -3,7 +3,7 @@ the transformer's attention: a lever that trades a little precision for speed, o
 `--attention-backend sage`.
 
 SageAttention's CUDA kernels are not on the package index for every GPU and CUDA: the `sageattention` package must
-be built for this GPU (its setup.py, or benchmarks/sage_attention_gpu.py, which builds the Hopper kernels) and be
+be built for this GPU (its setup.py, or benchmarks/gpu/sage_attention_gpu.py, which builds the Hopper kernels) and be
 importable. Where it is not, the engine refuses to start with it rather than serve exact attention under the
 lever's name. The kernel runs inside the engine's attention op (studio.engine.gpu.kernels.attention_bnhd), so the
 compiled blocks, CUDA graphs and Ulysses take it as they take cuDNN's. It runs in self- and cross-attention alike
@@ -27,11 +27,11 @@ KERNEL_FLAGS: dict[tuple[int, int], str | None] = {
     (9, 0): "SM90_ENABLED",
     (12, 0): "SM89_ENABLED",
 }
-# On Hopper, q·k's int8 scales per warp (a 64-row block of q) rather than `sageattn`'s per thread: 0.79 of cuDNN's
-# time at 480p against 0.81, and the same error against float32 attention (3.9% and 3.8%; benchmarks/RESULTS.md).
+# On Hopper, q·k's int8 scales per warp (a 64-row block of q) rather than `sageattn`'s per thread: a little
+# faster, with the same error against float32 attention (benchmarks/RESULTS.md, attention kernels).
 HOPPER_QK_GRANULARITY = "per_warp"
 # A lossy kernel: the start-up check of the engine's kernels allows this much more than for exact ones; its effect
-# on a video is measured against exact attention in benchmarks/levers_gpu.py.
+# on a video is measured against exact attention in benchmarks/gpu/levers_gpu.py.
 MAX_SAGE_FORWARD_DIFFERENCE = 0.1
 
 

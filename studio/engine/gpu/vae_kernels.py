@@ -2,11 +2,12 @@
 
 Before each causal convolution of Wan 2.1's decoder the walk takes SiLU(RMS norm(x)) and joins it after the two
 cached frames of the previous latent frame. Compiled by torch with dynamic shapes that is two passes (the norm over
-rows of pixels, then the join's copy), and the norm's kernel, generic over every channel count and size, runs at
-about a quarter of the card's copy bandwidth (benchmarks/vae_decode_gpu.py's profile). Here one kernel reads each
-pixel's channels once (in channels-last order a pixel's channels are one row; every channel count of the decoder,
-96 to 384, fits a block of rows in registers), normalises, scales, applies the gain and the SiLU, and writes the row
-once, at its place in the joined buffer the convolution takes; only the two cached frames are copied apart.
+rows of pixels, then the join's copy), and the norm's kernel, generic over every channel count and size, runs
+well below the card's copy bandwidth (benchmarks/experiments/vae_decode_gpu.py's profile; benchmarks/RESULTS.md,
+the VAE decode). Here one kernel reads each pixel's channels once (in channels-last order a pixel's channels are
+one row; every channel count of the decoder, 96 to 384, fits a block of rows in registers), normalises, scales,
+applies the gain and the SiLU, and writes the row once, at its place in the joined buffer the convolution takes;
+only the two cached frames are copied apart.
 
 The roundings are diffusers' (`WanRMS_norm`: to the activation's dtype after the normalisation, after the scale,
 after the gain; then the SiLU in that dtype). The walk checks the kernel on the GPU against its torch version before

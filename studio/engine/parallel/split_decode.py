@@ -80,10 +80,10 @@ def plan_strips(length: int, parts: int, halo: int) -> list[Strip]:
     return strips
 
 
-# A split pays where each rank's strip, halo included, is at most this share of the frame's side. Measured on an
-# H200 (benchmarks/split_decode.py, Wan 2.1's VAE, bf16, 33 frames): at 480p two strips of 66 of 104 latent
-# columns (0.63) decode in 0.65 of the whole decode's time, at 720p 94 of 160 (0.59) in 0.60; at 256p 34 of 40
-# (0.85) take as long as the whole, the decode being bound by its kernel launches there.
+# A split pays where each rank's strip, halo included, is at most this share of the frame's side: at 480p and
+# 720p two strips take about their share of the whole decode's time; at 256p a strip is most of the frame and
+# takes as long as the whole, the decode being bound by its kernel launches there
+# (benchmarks/experiments/split_decode.py; benchmarks/RESULTS.md, the VAE decode in strips).
 SPLIT_WORTH = 0.75
 
 

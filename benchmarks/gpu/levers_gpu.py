@@ -1,0 +1,305 @@
+"""The engine's speed levers (fp8 matmuls, SageAttention, the step cache, and their combinations) against the
+plain diffusers call and the exact engine, in one run, with fidelity.
+
+Model: benchmarks/harness/wan_model.py's Wan2.1-T2V-1.3B with random weights (its builder). One process: the plain call
+(eager bf16, one request at a time) first; then, for each quantization, one VideoGenerator (compiled blocks, CUDA
+graphs, the engine's kernels) on a transformer loaded with the same weights (the text encoder and the VAE are
+shared), warmed at batch 1 for the latency tiers and up to the concurrency for the throughput tier; each
+step-cache policy per request on it (a policy is part of a request's parameters, so one compile serves them all).
+
+- Latency: one request at a time at each of --tiers, as a share of the plain call's median.
+- Throughput: --concurrency clients in a closed loop at --throughput-tier through the engine's JobManager (its
+  batching scheduler and mp4 encoding), against the plain call one request after another.
+- Fidelity: every video against the exact bf16 engine's of the same seed and prompt, frame by frame: mean and
+  largest difference in uint8 levels, and PSNR. The weights are random, so this is a proxy for a trained model.
+
+    python benchmarks/gpu/levers_gpu.py --out DIR                               # 480p and 720p latency
+    python benchmarks/gpu/levers_gpu.py --out DIR --tiers '' --throughput-tier 256p
+    python benchmarks/gpu/levers_gpu.py --out DIR --device cpu --smoke --quantizations bf16   # checks the script
+
+Writes DIR/levers_gpu.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
+
+from benchmarks.harness.engine_jobs import engine_params, run_engine_closed_loop, submit_and_wait
+from benchmarks.harness.wan_calls import POLICIES, engine_call, plain_call
+from benchmarks.harness.wan_model import TIERS, TINY_TRANSFORMER, WAN_1_3B, build_pipeline
+from benchmarks.harness.wan_vae import fidelity
+from benchmarks.harness.wide_rows import ROW_LIMIT
+from benchmarks.harness.wide_rows import use as use_row_limit
+from studio.engine.generation_types import ModelLoadError
+from studio.engine.generator import VideoGenerator
+from studio.engine.gpu import fp8
+from studio.engine.gpu.fp8 import Fp8Options
+from studio.engine.jobs import JobManager
+from studio.engine.metrics import EngineMetrics
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the engine's transformer: its quantization, how fp8 runs where it is asked for (the
+    block layers it takes, the feed-forward's GELU in the cast's Triton kernel, fast accumulation in the fp8
+    products), the GELU kernel's chunk (0: one pass over each row in registers), the attention backend, and the
+    widest rows the compiler reduces in registers (benchmarks/experiments/wide_rows_gpu.py; 0: inductor's own choice, what the
+    engine serves)."""
+
+    quantization: str = "none"
+    fp8_options: Fp8Options = field(default_factory=Fp8Options)
+    gelu_chunk: int = fp8.GELU_CHUNK
+    attention: str = "auto"
+    row_limit: int = 0
+
+
+# What `--quantization fp8` serves: both kinds of layers, the GELU kernel in two passes of chunks, fast accumulation.
+SERVED_FP8 = Variant("fp8")
+EXACT_ACCUM = Fp8Options(fast_accum=False)
+QUANTIZATIONS = {
+    "bf16": Variant(),
+    "fp8": SERVED_FP8,
+    # the GELU, row maximum and cast as inductor fuses them, products accumulated exactly (fp8 of 2026-12-02)
+    "fp8-inductor-gelu": Variant("fp8", replace(EXACT_ACCUM, gelu_kernel=False)),
+    # the GELU kernel in one pass over each row, products accumulated exactly (fp8 of 2026-12-03)
+    "fp8-gelu-kernel": Variant("fp8", EXACT_ACCUM, gelu_chunk=0),
+    # the served GELU kernel, products accumulated exactly
+    "fp8-exact-accum": Variant("fp8", EXACT_ACCUM),
+    "fp8-ffn": Variant("fp8", Fp8Options(("ffn",), gelu_kernel=False, fast_accum=False)),
+    # SageAttention in the attention (the sageattention package built for this GPU must be importable, e.g. on
+    # PYTHONPATH as benchmarks/gpu/sage_attention_gpu.py leaves it in /tmp/sage-package)
+    "sage": Variant(attention="sage"),
+    "fp8-sage": replace(SERVED_FP8, attention="sage"),  # `--quantization fp8 --attention-backend sage`
+    # each norm's rows reduced in registers by the compiled blocks (benchmarks/experiments/wide_rows_gpu.py)
+    "bf16-wide-rows": Variant(row_limit=ROW_LIMIT),
+    "fp8-wide-rows": replace(SERVED_FP8, row_limit=ROW_LIMIT),
+}
+
+
+def fresh_pipeline(pipe: Any, weights: dict[str, torch.Tensor], smoke: bool, device: str) -> Any:
+    """A pipeline sharing `pipe`'s text encoder, VAE, tokenizer and scheduler, with a transformer of its own loaded
+    with `weights` (the plain transformer's, as built)."""
+    from diffusers import WanPipeline, WanTransformer3DModel
+
+    with torch.device(device):
+        transformer = WanTransformer3DModel(**(TINY_TRANSFORMER if smoke else WAN_1_3B)).to(pipe.transformer.dtype)
+    transformer.load_state_dict(weights)
+    fresh = WanPipeline(
+        tokenizer=pipe.tokenizer,
+        text_encoder=pipe.text_encoder,
+        transformer=transformer,
+        vae=pipe.vae,
+        scheduler=pipe.scheduler,
+    )
+    fresh.set_progress_bar_config(disable=True)
+    return fresh
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--smoke", action="store_true", help="the tiny model, 4 steps: checks the script only")
+    parser.add_argument("--tiers", default="480p,720p", help="latency tiers ('' for none)")
+    parser.add_argument("--throughput-tier", default="", help="the closed-loop tier ('' for none), e.g. 256p")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--per-client", type=int, default=3)
+    parser.add_argument("--serial-repeats", type=int, default=5, help="plain calls one after another (throughput)")
+    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--guidance", type=float, default=5.0)
+    parser.add_argument("--repeats", default="480p=2,720p=1", help="timed requests per tier and variant")
+    parser.add_argument("--quantizations", default="bf16,fp8")
+    parser.add_argument("--policies", default="exact,taylor/3")
+    args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.frames = 4, 5
+    tiers = [tier for tier in args.tiers.split(",") if tier]
+    repeats = {tier: 1 for tier in tiers} | {
+        part.split("=")[0]: int(part.split("=")[1]) for part in args.repeats.split(",") if "=" in part
+    }
+    quantizations = args.quantizations.split(",")
+    policies = args.policies.split(",")
+    if quantizations[0] != "bf16" or policies[0] != "exact":
+        parser.error("the first quantization must be bf16 and the first policy exact: they are the reference")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "latency": {}, "throughput": {}}
+
+    def save() -> None:
+        (args.out / "levers_gpu.json").write_text(json.dumps(report, indent=2))
+
+    pipe, _ = build_pipeline(args.device, args.smoke)
+    weights = {name: value.detach().clone().cpu() for name, value in pipe.transformer.state_dict().items()}
+    report["env"] = {
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+    }
+    # The plain call first: the engine's set-up changes the modules it is given.
+    first_tier = (tiers or [args.throughput_tier])[0]
+    plain_call(pipe, args, first_tier, 0)  # warm-up
+    for tier in tiers:
+        times = [plain_call(pipe, args, tier, 1000 + i)[0] for i in range(repeats[tier])]
+        report["latency"][tier] = {"plain_s": [round(t, 3) for t in times], "plain_median_s": statistics.median(times)}
+        print(f"plain {tier}: {times}", flush=True)
+        save()
+    if args.throughput_tier:
+        tier = args.throughput_tier
+        plain_call(pipe, args, tier, 0)
+        started = time.perf_counter()
+        for i in range(args.serial_repeats):
+            plain_call(pipe, args, tier, 1000 + i)
+        serial = (time.perf_counter() - started) / args.serial_repeats
+        report["throughput"] = {"tier": tier, "plain_serial_s_per_video": round(serial, 4)}
+        print(f"plain {tier} serial: {serial:.3f} s a video", flush=True)
+        save()
+
+    references: dict[tuple[str, int], np.ndarray] = {}  # (tier, seed) -> the exact bf16 engine's frames
+    for quantization in quantizations:
+        variant = QUANTIZATIONS[quantization]
+        # Each variant compiles afresh: compiled blocks are shared by every module of the same structure, so a
+        # variant that changes only how the compiler writes its kernels would otherwise run the last one's.
+        torch.compiler.reset()
+        target = pipe if quantization == "bf16" else fresh_pipeline(pipe, weights, args.smoke, args.device)
+        generator = VideoGenerator(
+            "wan2.1-t2v-1.3b-random",
+            device=args.device,
+            quantization=variant.quantization,
+            attention_backend=variant.attention,
+            fp8_options=variant.fp8_options,
+        )
+        # The blocks compile on the generator's device thread, with the heuristics set there (reset for each
+        # variant: an older torch keeps the setting for the whole process).
+        generator.on_device_thread(use_row_limit, variant.row_limit)
+        # Read by the GELU kernel's launches as the warm-up captures them: this variant's, until the next one's.
+        fp8.GELU_CHUNK = variant.gelu_chunk
+        try:
+            generator.load(pipeline=target)
+        except ModelLoadError as exc:  # the others still run: the report says why this one did not
+            report.setdefault("refused", {})[quantization] = str(exc)
+            print(f"{quantization}: refused: {exc}", flush=True)
+            save()
+            continue
+        started = time.perf_counter()
+        if tiers:
+            generator.warmup([(*TIERS[tier], args.frames) for tier in tiers], max_batch=1)
+        if args.throughput_tier:
+            generator.warmup([(*TIERS[args.throughput_tier], args.frames)], max_batch=args.concurrency)
+        warmup_s = round(time.perf_counter() - started, 1)
+        report.setdefault("warmup_s", {})[quantization] = warmup_s
+        report.setdefault("fp8_forward_difference", {})[quantization] = generator.gpu.fp8_difference
+        installed = generator.gpu.fp8
+        report.setdefault("gelu_kernel_in_force", {})[quantization] = installed.gelu_fused if installed else None
+        report.setdefault("graphs_in_force", {})[quantization] = bool(
+            generator.gpu.graphs and generator.gpu.graphs.enabled
+        )
+        print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
+        for tier in tiers:
+            row = report["latency"][tier]
+            for policy_name in policies:
+                name = f"{quantization} {policy_name}"
+                times, quality = [], []
+                for i in range(repeats[tier]):
+                    seconds, frames = engine_call(generator, args, tier, 1000 + i, POLICIES[policy_name])
+                    times.append(seconds)
+                    if name == "bf16 exact":
+                        references[(tier, i)] = frames
+                    else:
+                        quality.append(fidelity(frames, references[(tier, i)]))
+                median = statistics.median(times)
+                row[name] = {
+                    "latency_s": [round(t, 3) for t in times],
+                    "median_s": round(median, 3),
+                    "of_plain": round(median / row["plain_median_s"], 3),
+                    "transformer_steps": POLICIES[policy_name].computed_count(args.steps),
+                    "fidelity_vs_exact": quality,
+                }
+                print(f"{tier} {name}: {row[name]}", flush=True)
+                save()
+        if args.throughput_tier:
+            manager = JobManager(
+                generator,
+                Path(tempfile.mkdtemp(prefix="levers-")),
+                "wan2.1-t2v-1.3b-random",
+                EngineMetrics("wan2.1-t2v-1.3b-random"),
+                max_batch=args.concurrency,
+                batch_wait_ms=200.0,
+                encode_workers=8 if args.device == "cuda" else 0,
+            )
+            manager.start()
+            for policy_name in policies:
+                name = f"{quantization} {policy_name}"
+                policy = POLICIES[policy_name]
+                figures = run_engine_closed_loop(
+                    manager, args, args.throughput_tier, args.concurrency, args.per_client, policy
+                )
+                _, job = submit_and_wait(manager, engine_params(args, args.throughput_tier, 1, policy))
+                figures["record_levers"] = job.record().levers  # what its sidecar says it was made with
+                serial = report["throughput"]["plain_serial_s_per_video"]
+                figures["times_plain_serial"] = round(figures["throughput_videos_per_s"] * serial, 3)
+                seconds, frames = engine_call(generator, args, args.throughput_tier, 1000, POLICIES[policy_name])
+                if name == "bf16 exact":
+                    references[(args.throughput_tier, -1)] = frames
+                else:
+                    figures["fidelity_vs_exact"] = [fidelity(frames, references[(args.throughput_tier, -1)])]
+                report["throughput"][name] = figures
+                print(f"{args.throughput_tier} c{args.concurrency} {name}: {figures}", flush=True)
+                save()
+            manager.shutdown()
+        generator.close()
+        del generator, target
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    print_table(report, args)
+    return 0
+
+
+def _shown(quality: list[dict[str, float]]) -> str:
+    return "; ".join(f"{q['mean_levels']:.2f} / {q['max_levels']}, {q['psnr_db']:.1f} dB" for q in quality)
+
+
+def print_table(report: dict[str, Any], args: argparse.Namespace) -> None:
+    if report["latency"]:
+        print(
+            "\n| tier | what | latency (s) | of the plain call | transformer steps | vs exact: mean / max levels, PSNR |"
+        )
+        print("|---|---|---|---|---|---|")
+    for tier, row in report["latency"].items():
+        print(f"| {tier} | plain call | {row['plain_median_s']:.2f} | 1.00 | {args.steps} | |")
+        for name, figures in row.items():
+            if isinstance(figures, dict):
+                print(
+                    f"| {tier} | engine, {name} | {figures['median_s']:.2f} | {figures['of_plain']:.3f} | "
+                    f"{figures['transformer_steps']} | {_shown(figures['fidelity_vs_exact'])} |"
+                )
+    throughput = report["throughput"]
+    if throughput:
+        print(
+            f"\n| {throughput['tier']}, c{args.concurrency} | videos/s | × the plain serial call | p50 (s) | batches | vs exact |"
+        )
+        print("|---|---|---|---|---|---|")
+        print(f"| plain call, serial | {1 / throughput['plain_serial_s_per_video']:.3f} | 1.00 | | | |")
+        for name, figures in throughput.items():
+            if isinstance(figures, dict):
+                print(
+                    f"| engine, {name} | {figures['throughput_videos_per_s']:.3f} | {figures['times_plain_serial']:.2f} | "
+                    f"{figures['latency_p50_s']:.2f} | {statistics.median(figures['batch_sizes'] or [0])} | "
+                    f"{_shown(figures.get('fidelity_vs_exact', []))} |"
+                )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
