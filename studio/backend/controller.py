@@ -305,8 +305,8 @@ class StudioController:
         shared = ", shared by the guests of one address" if visitor.party != visitor.id else ""
         if queued + requests > limit:
             raise VisitorLimitExceeded(
-                f"at most {limit} queued requests per visitor{shared}; you have {queued} queued and asked for "
-                f"{requests} more"
+                f"at most {limit} queued request{'s' * (limit != 1)} per visitor{shared}; you have {queued} queued "
+                f"and asked for {requests} more"
             )
         hourly = self.settings.visitor_max_videos_per_hour
         if hourly is not None:

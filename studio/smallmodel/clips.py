@@ -96,6 +96,9 @@ def sample_layouts(
     evenly apart. The scene and its placement decide the clip, so the model that learns it draws the shapes
     themselves rather than an average over places. Both: growing/shrinking goes from 0.5x to 1.5x (or back);
     two objects sit side by side across the motion, never touching, and move together.
+
+    One function on purpose: its draws from `generator` come in this order, and the shipped model's clips (made from
+    a seed, assets/omni-small-t2v/training.json) are the clips of that order.
     """
     if variety not in VARIETIES:
         raise ValueError(f"variety must be one of {VARIETIES}, got {variety!r}")

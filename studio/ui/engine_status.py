@@ -50,7 +50,11 @@ def engine_summary(controller: StudioController, for_operator: bool = True) -> s
     if status.state is ServerState.READY:
         where = f" at {status.url}" if for_operator else ""
         return f"{kind}: ready{where}{serving} (started in {status.startup_s or 0:.1f} s)"
-    return f"{kind}: {status.state} {status.message}" if for_operator else f"{kind}: {status.state}"
+    if not for_operator:
+        return f"{kind}: {status.state}"
+    # The message may name the state already ("stopped"): said once.
+    said = status.message if status.message.startswith(str(status.state)) else f"{status.state} {status.message}"
+    return f"{kind}: {said.strip()}"
 
 
 def public_summary(controller: StudioController) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import av
 
 from studio.backend.face import RequestView, latency_parts
+from studio.ui.markdown import clipped
 
 TILES = 60
 REQUEST_ID = re.compile(r"req_[0-9a-f]{12}")
@@ -49,7 +50,7 @@ def gallery_items(
         latency = latency_parts(view.timings).latency_s or 0  # from Generate, as the table says
         url = url_of(poster_for(view.video_path) or view.video_path)
         if url is not None:
-            items.append((url, f"{view.request.prompt[:60]} · seed {view.request.seed} · {latency:.1f} s"))
+            items.append((url, f"{clipped(view.request.prompt, 60)} · seed {view.request.seed} · {latency:.1f} s"))
     return items
 
 

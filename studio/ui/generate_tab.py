@@ -32,7 +32,7 @@ from studio.ui import figures, gallery, handlers, previews, tables
 from studio.ui.engine_status import engine_summary
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess
-from studio.ui.markdown import markdown_text
+from studio.ui.markdown import clipped, markdown_text
 
 EXAMPLES = [
     "a red circle moving left on a white background",
@@ -363,7 +363,8 @@ def selected_area(
             why = why if visitor.operator else for_visitors(why)
             return {
                 ui.video: "",
-                ui.details: f"**{view.state.value}**: {markdown_text(why)}",
+                ui.details: f"**{view.state.value}** · {markdown_text(tables.short(view.id))} · "
+                f"{markdown_text(clipped(view.request.prompt, 80))}: {markdown_text(why)}",
                 ui.download: "",
                 ui.cancel_selected: gr.update(visible=False),
                 ui.selected: "",

@@ -120,6 +120,14 @@ def form_problems(controller: StudioController, form: dict[str, Any]) -> dict[st
         found["aspect"] = f"unknown aspect {aspect!r}; choose one of {', '.join(tiers.ASPECTS)}"
     if "tier" in found or "aspect" in found:
         return found  # the other fields' ranges depend on them
+    # The shape's fields, checked alone: the run's own check reaches them only once every other field passes.
+    for name, check in (("frames", lambda n: tiers.normalize_frames(n, tier)), ("fps", tiers.check_fps)):
+        value = None if name in found else number_field(form, name, int)
+        if value is not None:
+            try:
+                check(int(value))
+            except TierError as exc:
+                found[name] = str(exc)
     try:
         # The fields found wrong take their defaults, so that the rest is still checked.
         build_spec({**form, **dict.fromkeys(found)}, controller)

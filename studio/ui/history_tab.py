@@ -12,7 +12,7 @@ from studio.backend.face import StudioController, Visitor
 from studio.ui import gallery, handlers, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import MINE, PageAccess
-from studio.ui.markdown import markdown_text
+from studio.ui.markdown import clipped, markdown_text
 
 REFRESH_S = 2.0
 
@@ -20,6 +20,31 @@ REFRESH_S = 2.0
 def finished_runs(controller: StudioController) -> int:
     """How many of this studio's runs have ended: the table is read again when that changes."""
     return controller.board.finished_runs_count
+
+
+def run_posters(requests: list[dict[str, Any]], links: FileLinks, request: gr.Request) -> list[tuple[str, str]]:
+    """The posters of a run's finished videos (each its video where it has none), captioned with prompt and seed."""
+    return [
+        (url, f"{clipped(r['prompt'], 50)} · seed {r['seed']}")
+        for r in requests
+        if r["state"] == "done" and r["video_path"]
+        if (url := links.url(gallery.poster_for(Path(r["video_path"])) or r["video_path"], request))
+    ]
+
+
+async def rerun_run(controller: StudioController, visitor: Visitor, run_id: str) -> str:
+    """A past run of the visitor's (any, for an operator) started again with its settings: the status line."""
+    try:
+        spec = handlers.rerun(controller, (run_id or "").strip(), None if visitor.operator else visitor)
+    except (ValueError, ValidationError) as exc:
+        return f"**cannot re-run**: {markdown_text(handlers.describe_error(exc))}"
+    await controller.wait_until_ready()
+    try:
+        run = controller.new_run(spec, visitor)
+    except (RuntimeError, ValueError) as exc:  # a limit of the visitor's
+        return f"**cannot re-run**: {markdown_text(handlers.describe_error(exc))}"
+    run.start()
+    return f"re-running as {markdown_text(run.id)}: see the Generate tab"
 
 
 def build_history_tab(controller: StudioController, access: PageAccess, show: gr.Radio, opened: Any) -> None:
@@ -87,28 +112,12 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
             return {run_id: gr.skip(), run_requests: gr.skip(), run_videos: gr.skip()}
         selected = str(row[0])
         requests = handlers.run_requests_flat(controller, selected, scope_of(request, profile, shown))
-        videos = [
-            (url, f"{r['prompt'][:50]} · seed {r['seed']}")
-            for r in requests
-            if r["state"] == "done" and r["video_path"]
-            if (url := links.url(gallery.poster_for(Path(r["video_path"])) or r["video_path"], request))
-        ]
+        videos = run_posters(requests, links, request)
         return {run_id: selected, run_requests: tables.decimals(tables.run_request_table(requests)), run_videos: videos}
 
     @rerun.click(inputs_kwargs={"run_id": run_id}, outputs=status, api_name="rerun")
     async def on_rerun(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> str:
-        visitor = access.require(request, profile)
-        try:
-            spec = handlers.rerun(controller, (run_id or "").strip(), None if visitor.operator else visitor)
-        except (ValueError, ValidationError) as exc:
-            return f"**cannot re-run**: {markdown_text(handlers.describe_error(exc))}"
-        await controller.wait_until_ready()
-        try:
-            run = controller.new_run(spec, visitor)
-        except (RuntimeError, ValueError) as exc:  # a limit of the visitor's
-            return f"**cannot re-run**: {markdown_text(handlers.describe_error(exc))}"
-        run.start()
-        return f"re-running as {markdown_text(run.id)}: see the Generate tab"
+        return await rerun_run(controller, access.require(request, profile), run_id)
 
     def export(kind: str):
         def on_export(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> dict[gr.Component, Any]:

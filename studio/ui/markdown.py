@@ -20,6 +20,7 @@ Inside a code span nothing is escaped (a backslash would show): a value shown as
 from __future__ import annotations
 
 import re
+import textwrap
 
 _MARKUP = re.compile(
     r"[\\`*~\[\]<>&$#+@|]"  # markup wherever it stands
@@ -51,3 +52,13 @@ def markdown_code(value: object) -> str:
     text = " ".join(str(value).splitlines())
     fence = "`" * (max((len(run) for run in _BACKTICKS.findall(text)), default=0) + 1)
     return f"{fence} {text} {fence}"
+
+
+def clipped(text: str, width: int) -> str:
+    """`text` in at most `width` characters for a caption or a cell: cut at a word's end, with an ellipsis where it
+    was cut (a single word longer than `width` is cut inside it)."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    shortened = textwrap.shorten(flat, width, placeholder=" …")
+    return shortened if shortened != "…" and len(shortened) > 2 else flat[: width - 1] + "…"

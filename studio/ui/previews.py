@@ -13,6 +13,7 @@ import html
 
 from studio.backend.face import RequestState, RequestView
 from studio.ui import tables
+from studio.ui.markdown import clipped
 
 TILES = 12  # the requests at the servers shown; the table lists them all
 TILE_WIDTH_PX = 180
@@ -49,12 +50,15 @@ def _picture(view: RequestView, no_previews: str | None, max_height: str | None 
 def running_tiles(views: list[RequestView], no_previews: str | None) -> str:
     """The tiles of the requests at the servers among `views` (the visitor's, in the table's order): empty when none.
     `no_previews`: why the engine in use sends none (None where it does)."""
-    at_server = [view for view in views if view.state in AT_SERVER][:TILES]
+    # Those being made first, then those waiting at a server, each in the table's order.
+    at_server = sorted(
+        (view for view in views if view.state in AT_SERVER), key=lambda view: view.state is not RequestState.RUNNING
+    )[:TILES]
     if not at_server:
         return ""
     tiles = []
     for view in at_server:
-        caption = f"{_progress_words(view)} · {view.request.prompt[:48]}"
+        caption = f"{_progress_words(view)} · {clipped(view.request.prompt, 48)}"
         tiles.append(
             f'<figure class="running-tile" data-request="{html.escape(view.id)}" style="width: {TILE_WIDTH_PX}px;">'
             f"{_picture(view, no_previews)}"

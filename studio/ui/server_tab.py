@@ -346,8 +346,19 @@ def apply_sharing(controller: StudioController, form: Mapping[str, Any]) -> str:
         settings = controller.apply_sharing(**values)
     except (ValidationError, ValueError) as exc:
         return f"**not applied**: {markdown_text(handlers.describe_error(exc))}"
-    limits = ", ".join(f"{name} {getattr(settings, name)}" for name in values)
-    return f"applied: {markdown_text(limits)}"
+    return "applied: " + "; ".join(sharing_value_text(settings, name) for name in values)
+
+
+def sharing_value_text(settings: StudioSettings, name: str) -> str:
+    """A sharing setting as the form names it, and its value in words (a blank one: what 0 means in the form)."""
+    value = getattr(settings, name)
+    if value is None and name in ZERO_IS_NONE:
+        shown = ZERO_IS_NONE[name].split(": ", 1)[1]
+    elif isinstance(value, bool):
+        shown = "on" if value else "off"
+    else:
+        shown = str(value)
+    return f"{markdown_text(titled(name))} = {markdown_text(shown)}"
 
 
 def settings_values(current: StudioSettings, form: Mapping[str, Any]) -> dict[str, Any]:
@@ -378,7 +389,9 @@ def server_state_markdown(controller: StudioController) -> str:
         text = markdown_text(engine_summary(controller))
     else:
         elapsed = f" for {status.starting_for_s:.0f} s" if status.starting_for_s else ""
-        code = f", exit code {status.exit_code}" if status.exit_code is not None else ""
+        # An exit code says why a server ended on its own; one the studio stopped ended as asked.
+        ended = status.exit_code is not None and status.state is not ServerState.STOPPED
+        code = f", exit code {status.exit_code}" if ended else ""
         text = f"**{status.state}**{elapsed}{code} · {markdown_text(status.message)} · {markdown_code(status.command)}"
         if status.state is ServerState.CRASHED and not controller.settings.auto_restart:
             text += "\n\n**The server crashed.** Press Restart to start it again, or turn on auto-restart."
@@ -537,8 +550,7 @@ async def stop_server(controller: StudioController) -> str:
     if server is None:
         return "no managed server to stop" + ("" if controller.managed else " (remote servers run on their own)")
     await asyncio.to_thread(controller.stop)
-    code = f" (exit code {server.exit_code})" if server.exit_code is not None else ""
-    return f"stopped{code}: Start brings it back"
+    return "stopped: Start brings it back"
 
 
 async def restart_server(controller: StudioController, form: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ from studio.backend.face import (
     for_visitors,
     latency_parts,
 )
-from studio.ui.markdown import markdown_code, markdown_text
+from studio.ui.markdown import clipped, markdown_code, markdown_text
 
 REQUEST_ROWS = 300
 STATE_LABELS = {
@@ -132,7 +132,7 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
             [
                 short(view.id),
                 *owner,
-                view.request.prompt[:80],
+                clipped(view.request.prompt, 80),
                 view.tier or view.request.size,
                 STATE_LABELS.get(view.state, str(view.state)),
                 percent,
@@ -168,6 +168,8 @@ def counts_line(summary: LatencySummary, active: int) -> str:
 
 RUN_ID = re.compile(r"run_\d{8}_\d{6}_[0-9a-f]{6}")
 STATUS_SEPARATOR = " · "
+# How a run stands, as its status line opens: (under way, finished).
+RUN_STANDING = ("now: ", "finished: ")
 # The order a run's states are told in.
 RUN_STATES = (
     RequestState.DONE,
@@ -189,8 +191,10 @@ def run_status_line(board: RequestBoard, shown: str, visitor: Visitor) -> str | 
         return None
     counts = Counter(view.state for view in run.views)
     told = ", ".join(f"{counts[state]} {STATE_LABELS.get(state, state.value)}" for state in RUN_STATES if counts[state])
-    queued = shown.split(STATUS_SEPARATOR, 1)[0]  # the line the submit gave, then how the run stands
-    return f"{queued}{STATUS_SEPARATOR}{'finished: ' if run.finished else 'now: '}{told}"
+    # How the run stands leads; the line the submit gave follows (kept from the line shown, whatever led it).
+    head, separator, rest = shown.partition(STATUS_SEPARATOR)
+    submitted = rest if separator and head.startswith(RUN_STANDING) else shown
+    return f"{RUN_STANDING[run.finished]}{told}{STATUS_SEPARATOR}{submitted}"
 
 
 def standing_line(standing: Standing) -> str:
@@ -252,7 +256,7 @@ def history_table(controller: StudioController, scope: Visitor | None = None) ->
             [
                 run["id"],
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["created_at"])),
-                (prompts[0][:60] + (f" (+{len(prompts) - 1})" if len(prompts) > 1 else "")) if prompts else "",
+                (clipped(prompts[0], 60) + (f" (+{len(prompts) - 1})" if len(prompts) > 1 else "")) if prompts else "",
                 spec.get("tier"),
                 run["requests"],
                 run["done"] or 0,
@@ -280,7 +284,7 @@ def _run_request_row(r: dict[str, Any]) -> list[Any]:
         from_sending = r.get("latency_s")
     return [
         r["id"],
-        r["prompt"][:60],
+        clipped(r["prompt"], 60),
         r["state"],
         *(rounded(value) for value in (*parts, from_sending)),
         r["seed"],

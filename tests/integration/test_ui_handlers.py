@@ -13,6 +13,7 @@ from PIL import Image
 from studio.backend.controller import StudioController
 from studio.backend.runs.request_state import RequestState
 from studio.ui import bench_view, figures, gallery, handlers, tables
+from studio.ui.engine_status import engine_summary
 from tests.conftest import MODEL_NAME, engine_settings
 from tests.waiting import wait_for_async
 
@@ -160,6 +161,21 @@ def test_bad_input_gets_a_clear_message(controller, change, message):
     status = asyncio.run(handlers.submit(controller, {**FORM, **change}))
     assert status.startswith("**cannot generate**") and message in status
     assert len(controller.board.runs) == before  # nothing was queued
+
+
+@pytest.mark.parametrize(
+    ("change", "wrong"),
+    [
+        ({"prompts": "", "frames": -5, "steps": 100000}, {"prompts", "frames", "steps"}),
+        ({"frames": 9999, "steps": 0}, {"frames", "steps"}),
+        ({"frames": 9999, "fps": 7, "guidance": 100}, {"frames", "fps", "guidance"}),
+    ],
+)
+def test_every_wrong_field_is_named_at_once(controller, change, wrong):
+    found = handlers.form_problems(controller, {**FORM, **change})
+    assert set(found) == wrong
+    status = asyncio.run(handlers.submit(controller, {**FORM, **change}))
+    assert all(found[name] in status for name in wrong), status
 
 
 def test_uploads_are_checked(controller, tmp_path):
@@ -345,6 +361,10 @@ def test_the_server_tab_starts_again_after_a_stop(controller):
 
     stopped = asyncio.run(server_tab.stop_server(controller))
     assert stopped.startswith("stopped") and not controller.ready()
+    # Said once, and with no exit code: the studio stopped it, it did not end on its own.
+    assert engine_summary(controller).endswith(": stopped"), engine_summary(controller)
+    state = server_tab.server_state_markdown(controller)
+    assert state.startswith("**stopped**") and "exit code" not in state and "exit code" not in stopped
     started = asyncio.run(server_tab.start_server(controller))
     assert started.startswith("started") and controller.ready(), started
 

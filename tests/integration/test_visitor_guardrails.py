@@ -74,7 +74,7 @@ def test_the_operator_may_switch_it_off_and_let_visitors_do_so(studio):
     with pytest.raises(Exception, match="only an operator"):
         bob.predict(visitor_guardrails="optional", api_name="/sharing")
     applied = alice.predict(visitor_guardrails="optional", api_name="/sharing")
-    assert "visitor_guardrails optional" in applied, applied
+    assert "Per visitor: guardrails = optional" in applied, applied
     try:
         record = submit(bob, "gore", guardrails=False)
         assert "guardrails kept on" not in (record["note"] or "")

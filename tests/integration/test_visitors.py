@@ -153,7 +153,7 @@ def test_the_operator_sets_per_visitor_limits_from_the_page_and_a_visitor_over_o
     }
     with pytest.raises(AppError, match="only an operator"):
         bob.predict(**limits, api_name="/sharing")
-    assert "visitor_max_queued 2" in olga.predict(**limits, api_name="/sharing")
+    assert "Per visitor: queued = 2" in olga.predict(**limits, api_name="/sharing")
     try:
         refused = bob.predict(prompts="one too many", copies=3, concurrency=1, **QUICK, api_name="/generate")
         assert refused.startswith("**cannot generate**") and "at most 2 queued requests per visitor" in refused

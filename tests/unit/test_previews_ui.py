@@ -61,3 +61,11 @@ def test_only_a_few_tiles_and_the_rest_counted():
     many = [view(RequestState.QUEUED, number=n) for n in range(previews.TILES + 3)]
     html = previews.running_tiles(many, None)
     assert html.count('class="running-tile"') == previews.TILES and "and 3 more at the servers" in html
+
+
+def test_the_request_being_made_comes_before_those_queued_at_the_server():
+    queued = [view(RequestState.QUEUED, f"queued prompt {n}", n) for n in range(1, previews.TILES + 1)]
+    running = view(RequestState.RUNNING, "the running prompt", previews.TILES + 1)
+    html = previews.running_tiles([*queued, running], None)
+    assert "the running prompt" in html  # shown though the queued ones alone fill the tiles
+    assert html.index("the running prompt") < html.index("queued prompt 1")

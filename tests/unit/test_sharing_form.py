@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from studio.backend.controller import StudioController
-from studio.ui.server_tab import apply_sharing, sharing_form
+from studio.ui.server_tab import apply_sharing, sharing_form, titled
 from tests.conftest import engine_settings
 
 
@@ -34,8 +34,11 @@ def test_zero_lifts_a_limit_and_a_number_sets_it(tmp_path):
     try:
         shown = form_as_shown(controller)
         assert shown["visitor_max_in_flight"] == 2
-        assert apply_sharing(controller, {**shown, "visitor_max_in_flight": 0}).startswith("applied")
-        assert controller.settings.visitor_max_in_flight is None
+        lifted = apply_sharing(controller, {**shown, "visitor_max_in_flight": 0})
+        assert lifted.startswith("applied") and controller.settings.visitor_max_in_flight is None
+        # Said in the form's words: each setting by its title, a lifted limit as what 0 means, never "None".
+        assert "None" not in lifted and "in_flight" not in lifted, lifted
+        assert f"{titled('visitor_max_in_flight')} = no limit" in lifted, lifted
         assert apply_sharing(controller, {**shown, "in_flight_slots": 3}).startswith("applied")
         assert controller.settings.in_flight_slots == 3
         refused = apply_sharing(controller, {**shown, "in_flight_slots": 1e12})
