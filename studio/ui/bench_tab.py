@@ -10,7 +10,8 @@ from typing import Any
 import gradio as gr
 
 from studio import tiers
-from studio.backend.face import DEFAULT_ATTAINMENT, BenchConfig, StudioController
+from studio.backend.face import DEFAULT_ATTAINMENT, BenchConfig, StudioController, engine_kind
+from studio.config import StudioSettings
 from studio.ui import bench_view, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import PageAccess
@@ -23,7 +24,9 @@ INTRO = (
     "running on them then fail. The fleets run where the studio's servers do: on this machine, or on its Ray cluster "
     "(--cluster ray), each replica on the node Ray places it on."
 )
+# Variants as the engine's own flags: vLLM-Omni's serve flags, or the embedded engine's levers.
 VARIANTS_EXAMPLE = 'base = ""\nteacache = "--cache-backend tea_cache"\neager = "--enforce-eager"'
+EMBEDDED_VARIANTS_EXAMPLE = 'base = ""\ntaylor = "--step-cache taylor"\nfewer_previews = "--preview-interval-s 2"'
 PLAN_INTRO = (
     "From the last bench's report, as `omni-studio plan` makes it: each fleet it measured, simulated under Poisson "
     "arrivals at the rate given as the studio drives it (in-flight slots, the router, each server's queue and "
@@ -31,6 +34,12 @@ PLAN_INTRO = (
     "asked, the most videos/min each sustains, and the GPUs the rate needs. Service times are as the bench "
     "measured them; one tier at a time. plan.json and plan.png go beside the report."
 )
+
+
+def variants_example(settings: StudioSettings) -> str:
+    """Variants as the engine of `settings` takes them: the embedded engine's own levers, else vLLM-Omni's flags."""
+    kind = engine_kind(settings)
+    return EMBEDDED_VARIANTS_EXAMPLE if kind.managed and not kind.reads_serve_levers else VARIANTS_EXAMPLE
 
 
 # Fewer than the CLI's default: someone at the page waits for the result.
@@ -99,7 +108,7 @@ def bench_form(controller: StudioController) -> dict[str, gr.Component]:
             value="",
             lines=3,
             label='Server variants (name = "extra serve args", a line each; empty: the settings as they are)',
-            placeholder=VARIANTS_EXAMPLE,
+            placeholder=variants_example(settings),
             info=described("variants"),
             elem_id="bench-variants",
         )

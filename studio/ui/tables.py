@@ -74,7 +74,7 @@ STATS_COLUMNS = [
 ]
 STATS_LABEL = "Statistics (latency: from pressing Generate to the video in the page)"
 LATEST_RUN_ROW, SESSION_ROW = "latest run", "session"
-HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "requests", "done", "failed", "cancelled"]
+HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "aspect", "requests", "done", "failed", "cancelled"]
 FROM_SENDING_COLUMN = "from sending s (server-side)"
 RUN_REQUEST_COLUMNS = [
     "id",
@@ -258,6 +258,7 @@ def history_table(controller: StudioController, scope: Visitor | None = None) ->
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["created_at"])),
                 (clipped(prompts[0], 60) + (f" (+{len(prompts) - 1})" if len(prompts) > 1 else "")) if prompts else "",
                 spec.get("tier"),
+                spec.get("aspect"),
                 run["requests"],
                 run["done"] or 0,
                 run["failed"] or 0,

@@ -164,6 +164,7 @@ def test_history_counts_the_cancelled_requests_of_a_run(board, store):
         store.update_request(view.id, state="cancelled")
     history = tables.history_table(SimpleNamespace(store=store)).iloc[0]
     assert (history["requests"], history["done"], history["failed"], history["cancelled"]) == (12, 2, 0, 10)
+    assert (history["tier"], history["aspect"]) == (run.spec.tier, run.spec.aspect)
 
 
 def test_the_run_requests_table_gives_the_latency_from_generate_and_the_server_side_figure_apart():

@@ -17,7 +17,8 @@ from studio.backend.bench.plan import PLAN_FILE, PLAN_PLOT, CapacityPlan
 
 
 def plan_figure(plan: CapacityPlan) -> Figure:
-    fig = Figure(figsize=(6.0, 4.2), dpi=100, layout="constrained")
+    # Wide, as the panel it is shown in: a narrow image would sit small in it.
+    fig = Figure(figsize=(11.0, 4.2), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     target = plan.inputs.attainment * 100
     for index, curve in enumerate(plan.curves):

@@ -83,14 +83,15 @@ def request_timeline(rows: Sequence[TimelineRow]) -> Figure:
     ax.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first request")
-    ax.set_title("Request timeline (waiting in the studio, queue wait, inference, download)")
+    ax.set_title("Request timeline")  # its phases are the legend's, below the axes
     legend = {"queue wait": QUEUE_COLOR, "inference": INFERENCE_COLOR, "download": OTHER_COLOR}
     if any(row.studio_wait_s > 0 for row in rows):
         legend = {"waiting in the studio": STUDIO_WAIT_COLOR, **legend}
     if any(row.failed for row in rows):
         legend["failed"] = FAILED_COLOR
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in legend.values()]
-    ax.legend(handles, list(legend), loc="lower right", fontsize=7)
+    # Outside the axes, so that no bar is hidden behind it.
+    fig.legend(handles, list(legend), loc="outside lower center", ncols=len(legend), fontsize=7, frameon=False)
     return fig
 
 
