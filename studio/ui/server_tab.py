@@ -19,6 +19,7 @@ from studio.backend.face import (
     LEVER_FLAGS,
     MANAGED_ENGINES,
     Replica,
+    RequestState,
     ServerState,
     StudioController,
     VariantError,
@@ -545,6 +546,13 @@ async def start_server(controller: StudioController) -> str:
     return "started: " + markdown_text(engine_summary(controller))
 
 
+def stop_question(controller: StudioController) -> str:
+    """What Stop asks before it stops: whose work it ends."""
+    making = sum(1 for view in controller.board.active(None) if view.state is RequestState.RUNNING)
+    ends = f"the {making} request{'s' * (making != 1)} being made now fail" if making else "no request is being made"
+    return f"**Stop the servers for every visitor?** {ends}; Start brings them back."
+
+
 async def stop_server(controller: StudioController) -> str:
     server = controller.fleet.server
     if server is None:
@@ -571,6 +579,10 @@ class ServerLayout:
     start: gr.Button
     stop: gr.Button
     restart: gr.Button
+    stop_ask: gr.Row  # Stop asks first: it stops the servers for every visitor
+    stop_question: gr.Markdown
+    stop_confirm: gr.Button
+    stop_cancel: gr.Button
     result: gr.Markdown  # what the buttons above did
     levers_note: gr.Markdown
     groups: dict[str, gr.Accordion]
@@ -598,6 +610,10 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
         start = gr.Button("Start", elem_id="server-start")
         stop = gr.Button("Stop", elem_id="server-stop")
         restart = gr.Button("Restart (applies the settings below)", elem_id="server-restart")
+    with gr.Row(visible=False, elem_id="server-stop-ask") as stop_ask:
+        stop_question = gr.Markdown("", elem_id="server-stop-question")
+        stop_confirm = gr.Button("Yes, stop them", variant="stop", elem_id="server-stop-confirm", scale=0)
+        stop_cancel = gr.Button("Cancel", elem_id="server-stop-cancel", scale=0)
     result = gr.Markdown("", elem_id="server-result")  # what the buttons above did
     levers_note = gr.Markdown("", elem_id="server-levers-note", render=False)
     groups: dict[str, gr.Accordion] = {}
@@ -639,6 +655,10 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
         start=start,
         stop=stop,
         restart=restart,
+        stop_ask=stop_ask,
+        stop_question=stop_question,
+        stop_confirm=stop_confirm,
+        stop_cancel=stop_cancel,
         result=result,
         levers_note=levers_note,
         groups=groups,
@@ -738,10 +758,20 @@ def wire_server_tab(ui: ServerLayout, controller: StudioController, access: Page
         yield "starting ..."
         yield await start_server(controller)
 
-    @ui.stop.click(outputs=ui.result, api_name="stop_server")
+    @ui.stop.click(outputs=[ui.stop_ask, ui.stop_question], api_visibility="private")
+    def on_ask_stop(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[gr.Component, Any]:
+        access.require_operator(request, profile, action="stop the servers")
+        return {ui.stop_ask: gr.Row(visible=True), ui.stop_question: stop_question(controller)}
+
+    @ui.stop_confirm.click(outputs=ui.result, api_name="stop_server")
     async def on_stop(request: gr.Request, profile: gr.OAuthProfile | None) -> str:
         access.require_operator(request, profile, action="stop the servers")
         return await stop_server(controller)
+
+    @gr.on([ui.stop_confirm.click, ui.stop_cancel.click], outputs=ui.stop_ask, api_visibility="private")
+    def on_stop_asked(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
+        access.require_operator(request, profile, action="stop the servers")
+        return gr.Row(visible=False)
 
     @ui.restart.click(inputs_kwargs=ui.form, outputs=ui.result, api_name="restart_server")
     async def on_restart(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):

@@ -159,8 +159,12 @@ def test_history_is_current_without_refresh_and_server_buttons_answer_in_their_t
         expect(page.locator("#history-requests")).to_contain_text("latency s", timeout=30_000)
 
         page.get_by_role("tab", name="Server").click()
-        page.locator("#server-stop").click()
+        page.locator("#server-stop").click()  # asks first: it stops the servers for everyone
+        expect(page.locator("#server-stop-question")).to_contain_text("Stop the servers for every visitor?")
+        expect(page.locator("#server-state")).to_contain_text("ready")  # asking stopped nothing
+        page.locator("#server-stop-confirm").click()
         expect(page.locator("#server-result")).to_contain_text("stopped", timeout=60_000)
+        expect(page.locator("#server-stop-ask")).to_be_hidden()
         page.locator("#server-start").click()
         expect(page.locator("#server-result")).to_contain_text("started", timeout=120_000)
         expect(page.locator("#server-state")).to_contain_text("ready", timeout=30_000)
