@@ -277,7 +277,9 @@ class StudioController:
             spec = spec.with_guardrails_on()
         self.check_run_size(spec)
         pool = self.fleet.pool
-        if pool is None or not self.ready():
+        # A fleet that never came up takes no run. One whose servers are down (stopped, crashed, restarting) does:
+        # its requests wait up to server_wait_s for a server to answer again, then fail with the reason.
+        if pool is None or (self.fleet.start_error is not None and not self.ready()):
             server = self.fleet.server
             state = server.status().message if server else "not started"
             raise RuntimeError(f"the engine is not ready ({state})")

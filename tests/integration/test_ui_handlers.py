@@ -365,8 +365,18 @@ def test_the_server_tab_starts_again_after_a_stop(controller):
     assert engine_summary(controller).endswith(": stopped"), engine_summary(controller)
     state = server_tab.server_state_markdown(controller)
     assert state.startswith("**stopped**") and "exit code" not in state and "exit code" not in stopped
-    started = asyncio.run(server_tab.start_server(controller))
+
+    async def submit_while_stopped_then_start() -> tuple[str, str]:
+        # Taken while no server is up: it waits for one (up to --server-wait), and is made once Start brings it back.
+        status = await handlers.submit(controller, {**FORM, "copies": 1, "prompts": "while stopped"})
+        started = await server_tab.start_server(controller)
+        await wait_finished(controller)
+        return status, started
+
+    waited, started = asyncio.run(submit_while_stopped_then_start())
+    assert waited.startswith("queued 1"), waited
     assert started.startswith("started") and controller.ready(), started
+    assert controller.board.runs[-1].views[0].state is RequestState.DONE
 
     async def generate():
         status = await handlers.submit(controller, {**FORM, "copies": 1, "prompts": "after"})
