@@ -22,14 +22,39 @@ def finished_runs(controller: StudioController) -> int:
     return controller.board.finished_runs_count
 
 
-def run_posters(requests: list[dict[str, Any]], links: FileLinks, request: gr.Request) -> list[tuple[str, str]]:
-    """The posters of a run's finished videos (each its video where it has none), captioned with prompt and seed."""
+def played_requests(requests: list[dict[str, Any]], links: FileLinks, request: gr.Request) -> list[dict[str, Any]]:
+    """The requests of a run whose video the page can show, in the run's order: the posters, and what each plays."""
+    return [r for r in requests if r["state"] == "done" and r["video_path"] and links.url(r["video_path"], request)]
+
+
+def run_posters(played: list[dict[str, Any]], links: FileLinks, request: gr.Request) -> list[tuple[str, str]]:
+    """The posters of a run's videos (each its video where it has none), captioned with prompt and seed."""
     return [
-        (url, f"{clipped(r['prompt'], 50)} · seed {r['seed']}")
-        for r in requests
-        if r["state"] == "done" and r["video_path"]
-        if (url := links.url(gallery.poster_for(Path(r["video_path"])) or r["video_path"], request))
+        (links.url(gallery.poster_for(Path(r["video_path"])) or r["video_path"], request) or "", _caption(r))
+        for r in played
     ]
+
+
+def _caption(r: dict[str, Any]) -> str:
+    return f"{clipped(r['prompt'], 50)} · seed {r['seed']}"
+
+
+def video_details(r: dict[str, Any]) -> str:
+    """A past video's settings as a line of words, for the player's caption."""
+    parts = [f"{r['size']}", f"{r['num_frames']} frames", f"seed {r['seed']}"]
+    if r.get("latency_s") is not None:
+        parts.append(f"{r['latency_s']:.1f} s from Generate")
+    return f"**{markdown_text(clipped(r['prompt'], 300))}** · " + " · ".join(markdown_text(part) for part in parts)
+
+
+def played_video(links: FileLinks, played: Any, index: Any, request: gr.Request) -> tuple[str, str]:
+    """The player and the settings of the video at `index` of those a run's posters show; empty where none is."""
+    if not isinstance(played, list) or not isinstance(index, int) or not 0 <= index < len(played):
+        return "", ""
+    r = played[index]
+    width, height = (int(side) for side in str(r["size"]).split("x")) if "x" in str(r["size"]) else (0, 0)
+    player = links.player(Path(r["video_path"]), request, width / height if width and height else None)
+    return player, video_details(r)
 
 
 async def rerun_run(controller: StudioController, visitor: Visitor, run_id: str) -> str:
@@ -67,16 +92,21 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
     run_requests = gr.Dataframe(
         tables.run_request_table([]), interactive=False, elem_id="history-requests", label="Requests of the run"
     )
-    # Posters (gallery.poster_for), whole: four to a row however few the run made, none opened at first.
+    # Posters (gallery.poster_for), whole: four to a row however few the run made. Picking one plays its video
+    # below (no still preview over the others).
     run_videos = gr.Gallery(
-        label="Videos of the run",
+        label="Videos of the run (pick one to play it)",
         columns=4,
         fit_columns=False,
         height="auto",  # as tall as the posters, up to page.py's bound
         object_fit="contain",
-        preview=False,
+        allow_preview=False,
         elem_id="history-gallery",
     )
+    # The video a poster was picked for, played here (its file through the studio's file route), and its settings.
+    played_player = gr.HTML("", elem_id="history-video")
+    played_details = gr.Markdown("", elem_id="history-video-details")
+    played = gr.State([])  # the requests whose posters the gallery shows, in its order
 
     def scope_of(request: gr.Request, profile: gr.OAuthProfile | None, shown: str | None) -> Visitor | None:
         return access.scope(access.require(request, profile), shown)
@@ -103,7 +133,11 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
             return {history: gr.skip(), seen: gr.skip()}
         return {history: tables.history_table(controller, access.scope(visitor, shown)), seen: now}
 
-    @history.select(inputs=show, outputs=[run_id, run_requests, run_videos], api_visibility="private")
+    @history.select(
+        inputs=show,
+        outputs=[run_id, run_requests, run_videos, played, played_player, played_details],
+        api_visibility="private",
+    )
     def on_select(
         shown: str | None, evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
@@ -112,8 +146,22 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
             return {run_id: gr.skip(), run_requests: gr.skip(), run_videos: gr.skip()}
         selected = str(row[0])
         requests = handlers.run_requests_flat(controller, selected, scope_of(request, profile, shown))
-        videos = run_posters(requests, links, request)
-        return {run_id: selected, run_requests: tables.decimals(tables.run_request_table(requests)), run_videos: videos}
+        shown_videos = played_requests(requests, links, request)
+        return {
+            run_id: selected,
+            run_requests: tables.decimals(tables.run_request_table(requests)),
+            run_videos: run_posters(shown_videos, links, request),
+            played: shown_videos,
+            played_player: "",
+            played_details: "",
+        }
+
+    @run_videos.select(inputs=played, outputs=[played_player, played_details], api_visibility="private")
+    def on_play(
+        shown: Any, evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> tuple[str, str]:
+        access.require(request, profile)  # `played` holds only what this visitor's selection showed them
+        return played_video(links, shown, evt.index, request)
 
     @rerun.click(inputs_kwargs={"run_id": run_id}, outputs=status, api_name="rerun")
     async def on_rerun(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> str:

@@ -549,7 +549,7 @@ async def start_server(controller: StudioController) -> str:
 def stop_question(controller: StudioController) -> str:
     """What Stop asks before it stops: whose work it ends."""
     making = sum(1 for view in controller.board.active(None) if view.state is RequestState.RUNNING)
-    ends = f"the {making} request{'s' * (making != 1)} being made now fail" if making else "no request is being made"
+    ends = f"The {making} request{'s' * (making != 1)} being made now fail" if making else "No request is being made"
     wait = controller.settings.server_wait_s
     return (
         f"**Stop the servers for every visitor?** {ends}; requests sent meanwhile wait up to {wait:g} s for Start "

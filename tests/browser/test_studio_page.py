@@ -8,6 +8,7 @@ import sqlite3
 import httpx
 from playwright.sync_api import expect
 
+from studio.ui.file_guard import FILES_ROUTE
 from tests.browser.conftest import start_studio, stop_studio
 from tests.waiting import wait_for
 
@@ -157,6 +158,13 @@ def test_history_is_current_without_refresh_and_server_buttons_answer_in_their_t
         expect(page.locator("#history")).to_contain_text(run_id, timeout=30_000)  # no Refresh pressed
         page.locator("#history").get_by_text(run_id).last.click()
         expect(page.locator("#history-requests")).to_contain_text("latency s", timeout=30_000)
+        # A past video plays in the page: its poster picked, its player and its settings below.
+        page.locator("#history-gallery img").first.click()
+        player = page.locator("#history-video video")
+        expect(player).to_have_count(1, timeout=30_000)
+        assert FILES_ROUTE in (player.get_attribute("src") or "")  # through the studio's guarded file route
+        expect(page.locator("#history-video-details")).to_contain_text("a history marker")
+        expect(page.locator("#history-video-details")).to_contain_text("seed")
 
         page.get_by_role("tab", name="Server").click()
         page.locator("#server-stop").click()  # asks first: it stops the servers for everyone
