@@ -47,6 +47,7 @@ REFRESH_S = 1.0
 class GenerateTab:
     status: gr.Markdown  # the status line, also where the Server tab's buttons answer
     guardrails: gr.Checkbox  # the switch, set for each visitor as their page opens (guardrails_switch)
+    form: dict[str, gr.Component]  # what History's "use these settings" fills
 
 
 # What a visitor's switch says where the studio keeps the guardrail on for every visitor (visitor_guardrails forced).
@@ -535,7 +536,7 @@ def build_generate_tab(
     where their `show` switch says so)."""
     ui = generate_layout(controller)
     wire_generate_tab(ui, controller, access, engine_status, show)
-    return GenerateTab(status=ui.status, guardrails=ui.form["guardrails"])
+    return GenerateTab(status=ui.status, guardrails=ui.form["guardrails"], form=ui.form)
 
 
 def wire_generate_tab(

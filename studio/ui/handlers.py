@@ -480,3 +480,25 @@ def rerun(controller: StudioController, run_id: str, scope: Visitor | None = Non
     if spec is None:
         raise ValueError(f"no run {run_id!r} in history")
     return RunSpec.model_validate(spec)
+
+
+def form_from_past(
+    controller: StudioController, run_id: str, past: dict[str, Any], scope: Visitor | None = None
+) -> dict[str, Any]:
+    """The Generate form's values that make a past video again (a request of run_requests_flat's): its prompt and
+    seed, its run's settings, and the defaults its run took where it named none. One copy, the seed fixed."""
+    spec = rerun(controller, run_id, scope)
+    defaults = controller.run_defaults(spec.tier)
+    return {
+        "prompts": past["prompt"],
+        "negative_prompt": spec.negative_prompt or "",
+        "tier": spec.tier,
+        "aspect": spec.aspect,
+        "frames": past.get("num_frames") or spec.frames or defaults.frames,
+        "fps": str(spec.fps or defaults.fps),
+        "steps": spec.steps or defaults.steps,
+        "guidance": spec.guidance if spec.guidance is not None else defaults.guidance,
+        "seed": "" if past.get("seed") is None else str(past["seed"]),
+        "seed_policy": "fixed",
+        "copies": 1,
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,15 @@ REFRESH_S = 2.0
 def finished_runs(controller: StudioController) -> int:
     """How many of this studio's runs have ended: the table is read again when that changes."""
     return controller.board.finished_runs_count
+
+
+@dataclass(frozen=True, eq=False)
+class Reuse:
+    """Where History sends a past video's settings: the Generate form, and the tab to show it in."""
+
+    tabs: gr.Tabs
+    generate_tab: str  # its id among `tabs`
+    form: dict[str, gr.Component]  # the Generate form, keyed by handlers.build_spec's fields
 
 
 def played_requests(requests: list[dict[str, Any]], links: FileLinks, request: gr.Request) -> list[dict[str, Any]]:
@@ -72,9 +82,11 @@ async def rerun_run(controller: StudioController, visitor: Visitor, run_id: str)
     return f"re-running as {markdown_text(run.id)}: see the Generate tab"
 
 
-def build_history_tab(controller: StudioController, access: PageAccess, show: gr.Radio, opened: Any) -> None:
+def build_history_tab(
+    controller: StudioController, access: PageAccess, show: gr.Radio, opened: Any, reuse: Reuse | None = None
+) -> None:
     """Past runs of the visitor asking (an operator's `show` switch: everyone's). `opened`: the page's load
-    event, when the table is first read."""
+    event, when the table is first read. `reuse`: the Generate form a past video's settings go to."""
     links = FileLinks(controller.store.root)
     refresh = gr.Button("Refresh", elem_id="history-refresh")
     # Built empty (a first value is part of the page every visitor loads); the page's load fills it.
@@ -107,6 +119,10 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
     played_player = gr.HTML("", elem_id="history-video")
     played_details = gr.Markdown("", elem_id="history-video-details")
     played = gr.State([])  # the requests whose posters the gallery shows, in its order
+    chosen = gr.State(None)  # the one playing
+    with gr.Row(visible=False, elem_id="history-reuse") as reuse_row:
+        use_settings = gr.Button("Use these settings", variant="primary", elem_id="history-use-settings", scale=0)
+        use_seed = gr.Button("Use this seed", elem_id="history-use-seed", scale=0)
 
     def scope_of(request: gr.Request, profile: gr.OAuthProfile | None, shown: str | None) -> Visitor | None:
         return access.scope(access.require(request, profile), shown)
@@ -156,12 +172,19 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
             played_details: "",
         }
 
-    @run_videos.select(inputs=played, outputs=[played_player, played_details], api_visibility="private")
+    @run_videos.select(
+        inputs=played, outputs=[played_player, played_details, chosen, reuse_row], api_visibility="private"
+    )
     def on_play(
         shown: Any, evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
-    ) -> tuple[str, str]:
+    ) -> tuple[str, str, Any, Any]:
         access.require(request, profile)  # `played` holds only what this visitor's selection showed them
-        return played_video(links, shown, evt.index, request)
+        player, details = played_video(links, shown, evt.index, request)
+        picked = shown[evt.index] if player else None
+        return player, details, picked, gr.Row(visible=reuse is not None and picked is not None)
+
+    if reuse is not None:
+        wire_reuse(reuse, controller, access, use_settings, use_seed, run_id, chosen, status)
 
     @rerun.click(inputs_kwargs={"run_id": run_id}, outputs=status, api_name="rerun")
     async def on_rerun(request: gr.Request, profile: gr.OAuthProfile | None, run_id: str) -> str:
@@ -183,3 +206,50 @@ def build_history_tab(controller: StudioController, access: PageAccess, show: gr
         button.click(
             export(kind), inputs_kwargs={"run_id": run_id}, outputs=[export_file, status], api_name=f"export_{kind}"
         )
+
+
+def wire_reuse(
+    reuse: Reuse,
+    controller: StudioController,
+    access: PageAccess,
+    use_settings: gr.Button,
+    use_seed: gr.Button,
+    run_id: gr.Textbox,
+    chosen: gr.State,
+    status: gr.Markdown,
+) -> None:
+    """The playing video's settings, or its seed alone, into the Generate form, and the Generate tab shown: to
+    change one thing and make it again."""
+    fields = list(reuse.form)
+    seed_fields = ("seed", "seed_policy")
+
+    @use_settings.click(
+        inputs=[run_id, chosen], outputs=[*reuse.form.values(), reuse.tabs, status], api_visibility="private"
+    )
+    def on_use_settings(
+        run: str, past: Any, request: gr.Request, profile: gr.OAuthProfile | None
+    ) -> dict[gr.Component, Any]:
+        visitor = access.require(request, profile)
+        if not isinstance(past, dict):
+            return {status: "pick a video of the run first"}
+        try:
+            values = handlers.form_from_past(
+                controller, (run or "").strip(), past, None if visitor.operator else visitor
+            )
+        except (ValueError, ValidationError) as exc:
+            return {status: f"**cannot use these settings**: {markdown_text(handlers.describe_error(exc))}"}
+        updates: dict[gr.Component, Any] = {reuse.form[name]: values[name] for name in fields if name in values}
+        return {**updates, reuse.tabs: gr.Tabs(selected=reuse.generate_tab), status: ""}
+
+    @use_seed.click(
+        inputs=chosen, outputs=[*(reuse.form[name] for name in seed_fields), reuse.tabs], api_visibility="private"
+    )
+    def on_use_seed(past: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> dict[gr.Component, Any]:
+        access.require(request, profile)
+        if not isinstance(past, dict) or past.get("seed") is None:
+            return {}
+        return {
+            reuse.form["seed"]: str(past["seed"]),
+            reuse.form["seed_policy"]: "fixed",
+            reuse.tabs: gr.Tabs(selected=reuse.generate_tab),
+        }

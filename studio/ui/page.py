@@ -17,7 +17,7 @@ from studio.ui.bench_tab import build_bench_tab
 from studio.ui.engine_status import public_summary
 from studio.ui.file_links import FileLinks
 from studio.ui.generate_tab import build_generate_tab, guardrails_switch
-from studio.ui.history_tab import build_history_tab
+from studio.ui.history_tab import Reuse, build_history_tab
 from studio.ui.identity import EVERYONE, MINE, PageAccess, browser_of
 from studio.ui.markdown import markdown_text
 from studio.ui.server_tab import build_server_tab
@@ -156,6 +156,8 @@ CSS = """
 .gradio-container #bench-plots .grid-wrap { max-height: none; }
 """
 
+GENERATE_TAB = "generate-tab"  # the Tabs id History switches to when it fills the form
+
 
 def themed_blocks(**options: Any) -> gr.Blocks:
     """gr.Blocks with the studio's THEME. Gradio 6 takes a theme at launch(); one given here is what launch() uses
@@ -191,11 +193,13 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
                 min_width=210,
             )
         engine_status = gr.Markdown(markdown_text(public_summary(controller)), elem_id="engine-status")
-        with gr.Tabs():
-            with gr.Tab("Generate", id="generate-tab"):
+        with gr.Tabs() as tabs:
+            with gr.Tab("Generate", id=GENERATE_TAB):
                 generate_tab = build_generate_tab(controller, access, engine_status, show)
             with gr.Tab("History", id="history-tab"):
-                build_history_tab(controller, access, show, opened=demo.load)
+                build_history_tab(
+                    controller, access, show, opened=demo.load, reuse=Reuse(tabs, GENERATE_TAB, generate_tab.form)
+                )
             with gr.Tab("Bench", id="bench-tab", visible=not operators_only) as bench_tab:
                 build_bench_tab(controller, access)
             with gr.Tab("Server", id="server-tab", visible=not operators_only) as server_tab:

@@ -165,6 +165,13 @@ def test_history_is_current_without_refresh_and_server_buttons_answer_in_their_t
         assert FILES_ROUTE in (player.get_attribute("src") or "")  # through the studio's guarded file route
         expect(page.locator("#history-video-details")).to_contain_text("a history marker")
         expect(page.locator("#history-video-details")).to_contain_text("seed")
+        # Its settings back in the form, to change one thing and make it again.
+        seed = re.search(r"seed (\d+)", page.locator("#history-video-details").inner_text()).group(1)
+        page.locator("#history-use-settings").click()
+        expect(page.locator("#prompt textarea")).to_have_value("a history marker", timeout=30_000)
+        expect(page.locator("#seed textarea")).to_have_value(seed)
+        expect(page.locator("#frames input")).to_have_value("5")
+        expect(page.locator("#generate")).to_be_visible()  # the Generate tab is the one shown
 
         page.get_by_role("tab", name="Server").click()
         page.locator("#server-stop").click()  # asks first: it stops the servers for everyone
