@@ -66,20 +66,30 @@ def guardrails_switch(controller: StudioController, visitor: Visitor | None) -> 
 
 
 def generate_form(controller: StudioController) -> dict[str, gr.Component]:
-    """The form's inputs, laid out, keyed by the fields of handlers.build_spec."""
+    """The form's first inputs, laid out, keyed by the fields of handlers.build_spec: what every run names (its
+    prompts, tier and aspect). The Generate button follows them, in view as the page opens; then the rest
+    (more_fields) and the examples."""
     settings = controller.settings
     prompts = gr.Textbox(label="Prompts (one per line)", lines=3, elem_id="prompt", placeholder=EXAMPLES[0])
-    if controller.serves_small_model:  # its prompts follow a grammar: said where the prompts are written
-        with gr.Accordion("What the default model draws", open=False, elem_id="grammar"):
-            gr.Markdown(markdown_text(grammar.summary()), elem_id="grammar-hint")
-    gr.Examples(EXAMPLES, inputs=[prompts], label="Examples")
-    form: dict[str, gr.Component] = {
-        "prompts": prompts,
-        "negative_prompt": gr.Textbox(value="", label="Negative prompt", elem_id="negative"),
-    }
+    form: dict[str, gr.Component] = {"prompts": prompts}
     with gr.Row():
         form["tier"] = gr.Radio(list(tiers.TIERS), value=settings.default_tier, label="Tier", elem_id="tier")
         form["aspect"] = gr.Dropdown(list(tiers.ASPECTS), value=tiers.DEFAULT_ASPECT, label="Aspect", elem_id="aspect")
+    return form
+
+
+def prompt_examples(controller: StudioController, prompts: gr.Textbox) -> None:
+    """Prompts to start from, and what the default model draws (its prompts follow a grammar)."""
+    gr.Examples(EXAMPLES, inputs=[prompts], label="Examples")
+    if controller.serves_small_model:
+        with gr.Accordion("What the default model draws", open=False, elem_id="grammar"):
+            gr.Markdown(markdown_text(grammar.summary()), elem_id="grammar-hint")
+
+
+def more_fields(controller: StudioController, form: dict[str, gr.Component]) -> None:
+    """The rest of the form, below the Generate button, added to `form`."""
+    settings = controller.settings
+    form["negative_prompt"] = gr.Textbox(value="", label="Negative prompt", elem_id="negative")
     defaults = controller.run_defaults(settings.default_tier)  # what a run asks where the form says nothing
     with gr.Row():
         # Limits are checked by the back end, which says what is wrong in the status line.
@@ -115,7 +125,6 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
         )
         form["sound"] = gr.Checkbox(value=False, label="Sound (models that have it)", elem_id="sound")
     image_form(form, settings.engine)
-    return form
 
 
 FIELD_PROBLEM_CLASS = "field-problem"
@@ -275,6 +284,8 @@ def generate_layout(controller: StudioController) -> GenerateLayout:
                 cancel_all = gr.Button("Cancel all", variant="stop", elem_id="cancel-all")
             status = gr.Markdown("", elem_id="status")
             standing = gr.Markdown("", elem_id="standing")
+            more_fields(controller, form)
+            prompt_examples(controller, form["prompts"])
         with gr.Column(scale=3):
             video = gr.HTML("", label="Selected video", elem_id="video")
             # A request selected in the table while it is made: its preview forms above, and it can be cancelled.

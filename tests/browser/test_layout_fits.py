@@ -198,6 +198,11 @@ def test_header_and_form_stay_compact(page, width):
         tops = page.evaluate(OPTION_TOPS, choice)
         assert len(tops) >= 3 and len(set(tops)) == 1, f"#{choice}'s options wrap at {width} px: tops {tops}"
     assert page.evaluate(LABEL_LINES, "concurrency") == 1, f"the concurrency label wraps at {width} px"
+    # What every run names, and the button that sends it, in view as the page opens (the rest below it).
+    page.evaluate("window.scrollTo(0, 0)")
+    for field in ("prompt", "tier", "aspect", "generate"):
+        box = page.locator(f"#{field}").bounding_box()
+        assert box is not None and box["y"] + box["height"] <= HEIGHT, f"#{field} is below the fold: {box}"
 
 
 def test_one_filled_action_in_the_studio_colours(page):
