@@ -16,6 +16,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -342,8 +343,9 @@ class StudioController:
         queued = len(self.board.unsent(visitor))
         in_flight = self.dispatcher.in_flight_by_visitor()
         mine_in_flight = in_flight.pop(visitor.party, 0)  # the dispatcher counts by party (fair_share.py)
-        ahead = in_flight + self.dispatcher.served_before(visitor.party, queued)
-        ahead = +ahead  # visitors with nothing ahead drop out
+        # Others' requests ahead of the visitor's are those that get a slot first: those at the servers and those
+        # served before in turn. A visitor with nothing waiting for a slot has nothing ahead of them.
+        ahead = +(in_flight + self.dispatcher.served_before(visitor.party, queued)) if queued else Counter()
         recent = self.board.recent_inference_s()
         eta_s = None
         if recent:

@@ -152,7 +152,21 @@ def test_served_before_counts_others_requests_ahead_in_turn():
 def test_standing_reads_as_one_line():
     standing = Standing(queued=3, in_flight=0, ahead=12, visitors_ahead=4, eta_s=40.2)
     assert str(standing) == "3 of yours queued; 12 requests ahead across 4 visitors; about 40 s"
-    assert str(Standing(1, 0, 0, 0, None)).endswith("no estimate yet")
+    assert str(Standing(1, 0, 0, 0, None)) == "1 of yours queued; next in turn; no estimate yet"
+    # All of it at a server: nothing is ahead of it, and the line does not say there is.
+    assert str(Standing(0, 1, 0, 0, 3.0)) == "0 of yours queued, 1 at a server; about 3 s"
+
+
+def test_nothing_is_ahead_of_a_visitor_whose_work_is_all_at_the_servers(controller):
+    async def hold_slots() -> tuple[Standing, Standing]:
+        async with controller.dispatcher.slot(ALICE), controller.dispatcher.slot(BOB):
+            controller.new_run(spec(2), BOB)  # bob also has two waiting for a slot
+            return controller.standing(ALICE), controller.standing(BOB)
+
+    alice, bob = asyncio.run(hold_slots())
+    assert (alice.in_flight, alice.queued, alice.ahead, alice.visitors_ahead) == (1, 0, 0, 0)
+    assert "ahead" not in str(alice)
+    assert (bob.in_flight, bob.queued) == (1, 2) and bob.ahead >= 1 and bob.visitors_ahead == 1  # alice's, at a server
 
 
 # ---- the controller's per-visitor calls ----------------------------------------------------------------

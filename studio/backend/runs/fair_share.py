@@ -178,8 +178,11 @@ class Standing:
         parts = [f"{self.queued} of yours queued"]
         if self.in_flight:
             parts[0] += f", {self.in_flight} at a server"
-        people = f"{self.visitors_ahead} visitor{'s' * (self.visitors_ahead != 1)}"
-        parts.append(f"{self.ahead} request{'s' * (self.ahead != 1)} ahead across {people}")
+        if self.ahead:
+            people = f"{self.visitors_ahead} visitor{'s' * (self.visitors_ahead != 1)}"
+            parts.append(f"{self.ahead} request{'s' * (self.ahead != 1)} ahead across {people}")
+        elif self.queued:
+            parts.append("next in turn")
         if self.queued or self.in_flight:
             parts.append("no estimate yet" if self.eta_s is None else f"about {self.eta_s:.0f} s")
         return "; ".join(parts)
