@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import gradio as gr
 
-from studio.backend.face import Run, StudioController, Visitor, for_visitors
+from studio.backend.face import RequestState, Run, StudioController, Visitor, for_visitors
 from studio.tiers import DEFAULT_ASPECT, Aspect, Tier
 from studio.ui import handlers
 from studio.ui.file_links import FileLinks
@@ -64,12 +65,53 @@ def run_record(run: Run, links: FileLinks, request: gr.Request | None, operator:
     }
 
 
-def _visible_run(controller: StudioController, run_id: str, visitor: Visitor) -> Run:
-    """The run named, where the visitor may see it; else the same refusal whether it exists or not."""
+def _visible_run(controller: StudioController, run_id: str, visitor: Visitor) -> Run | None:
+    """The run named, where it is on the board and the visitor may see it; None where it is not on the board."""
     run = next((run for run in controller.board.runs if run.id == (run_id or "").strip()), None)
-    if run is None or not (visitor.operator or run.visitor.id == visitor.id):
-        raise gr.Error(f"no run {str(run_id)[:40]!r} of yours in this studio session", print_exception=False)
+    if run is not None and not (visitor.operator or run.visitor.id == visitor.id):
+        _no_such_run(run_id)
     return run
+
+
+def _no_such_run(run_id: str) -> NoReturn:
+    raise gr.Error(f"no run {str(run_id)[:40]!r} of yours in this studio", print_exception=False)
+
+
+def history_record(
+    controller: StudioController, run_id: str, visitor: Visitor, links: FileLinks, request: gr.Request | None
+) -> dict[str, Any]:
+    """A run no longer on the board (the board keeps the newest finished runs; an earlier studio's too) as history
+    has it, in run_record's shape; the same refusal as for a run that is not the visitor's, or none."""
+    rows = controller.store.run_requests((run_id or "").strip(), None if visitor.operator else visitor.id)
+    if not rows:
+        _no_such_run(run_id)
+    states = [RequestState(row["state"]) for row in rows]
+    requests = []
+    for row, state in zip(rows, states, strict=True):
+        video, sidecar = (Path(row[name]) if row[name] else None for name in ("video_path", "sidecar_path"))
+        requests.append(
+            {
+                "id": row["id"],
+                "position": row["position"],
+                "prompt": row["prompt"],
+                "state": str(state),
+                "progress": 100.0 if state is RequestState.DONE else 0.0,
+                "step": None,
+                "total_steps": None,
+                "preview_step": None,
+                "seed": (row.get("parameters") or {}).get("seed"),
+                "error": row["error"] if visitor.operator else for_visitors(row["error"]),
+                **({"video_path": str(video) if video else None} if visitor.operator else {}),
+                "video_url": links.url(video, request) if video else None,
+                "sidecar_url": links.url(sidecar, request) if sidecar else None,
+            }
+        )
+    return {
+        "run_id": rows[0]["run_id"],
+        "finished": all(state.finished for state in states),
+        "states": dict(Counter(str(state) for state in states)),
+        "requests": requests,
+    }
 
 
 def build_api(controller: StudioController, access: PageAccess, links: FileLinks) -> None:
@@ -119,14 +161,17 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
         return {**record, "note": submitted.note}
 
     @gr.api(api_name="run_status", concurrency_limit=None)
-    def run_status(
+    async def run_status(
         run_id: str,
         request: gr.Request = None,  # type: ignore[assignment]
         profile: gr.OAuthProfile | None = None,
     ) -> dict[str, Any]:
         """A run's record now."""
         visitor = access.require(request, profile)
-        return run_record(_visible_run(controller, run_id, visitor), links, request, operator=visitor.operator)
+        run = _visible_run(controller, run_id, visitor)
+        if run is None:  # finished long ago, or in an earlier studio: as history has it
+            return await asyncio.to_thread(history_record, controller, run_id, visitor, links, request)
+        return run_record(run, links, request, operator=visitor.operator)
 
     @gr.api(api_name="preview", concurrency_limit=None)
     def preview(
@@ -163,6 +208,8 @@ def build_api(controller: StudioController, access: PageAccess, links: FileLinks
         /run_status now and then). A wait counts among the caller's calls in flight while it waits."""
         visitor = access.require(request, profile)
         run = _visible_run(controller, run_id, visitor)
+        if run is None:  # no longer on the board: it has finished
+            return await asyncio.to_thread(history_record, controller, run_id, visitor, links, request)
         try:
             async with asyncio.timeout(min(max(0.0, float(timeout_s)), MAX_WAIT_S)):
                 while not run.finished:

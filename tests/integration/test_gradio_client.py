@@ -161,3 +161,17 @@ def test_a_program_gets_structured_runs_through_the_api(tmp_path):
             client.predict(run_id="run_nope", api_name="/run_status")
     finally:
         stop_studio(studio)
+    # A run the studio no longer holds (a new studio on the same outputs; the board keeps only the newest finished
+    # runs too) is answered from history, in the same shape.
+    again = start_studio(tmp_path / "outputs", tmp_path / "studio-again.log")
+    try:
+        client = Client(again.url, verbose=False)
+        for api_name in ("/run_status", "/wait_run"):
+            record = client.predict(run_id=queued["run_id"], api_name=api_name)
+            assert record["run_id"] == queued["run_id"] and record["finished"] and record["states"] == {"done": 2}
+            assert [item["id"] for item in record["requests"]] == [item["id"] for item in done["requests"]]
+            for item in record["requests"]:
+                assert item["seed"] is not None and item["video_url"].startswith(again.url)
+                assert httpx.get(item["video_url"], cookies=client.cookies, timeout=30).status_code == 200
+    finally:
+        stop_studio(again)
