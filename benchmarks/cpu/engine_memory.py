@@ -1,6 +1,8 @@
 """The embedded engine's memory for one long request at a large size: its resident memory at idle, and its peak
 while it makes one clip (by default 720p 16:9, 200 frames) on the CPU, on this checkout and, with --baseline REV,
-on a git revision of this repository side by side (laid out in a temporary worktree, as side_by_side.py does).
+on a git revision of this repository side by side (laid out in a temporary worktree, as side_by_side.py does);
+then what it keeps once idle again (sampled for --after-s seconds, past the engine's idle release of its heap), and
+the same request's seconds once more after that idle time.
 
 The engine runs the project's small model (it makes every clip at a small native size, which the engine resizes to
 the request's). Its RSS, with its children's, is sampled every --interval-s seconds from the request's submission to
@@ -73,6 +75,23 @@ class PeakSampler:
         self.peak = max(self.peak, rss_bytes(self.process))
 
 
+def timed_request(http: httpx.Client, fields: dict[str, str], log: Path) -> float:
+    """Seconds from submitting one request to its completion (polled every 0.2 s)."""
+    started = time.perf_counter()
+    job = http.post("/v1/videos", files={k: (None, v) for k, v in fields.items()})
+    job.raise_for_status()
+    job_id = job.json()["id"]
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while True:
+        record = http.get(f"/v1/videos/{job_id}").json()
+        if record["status"] in ("completed", "failed") or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if record["status"] != "completed":
+        raise SystemExit(f"the request did not complete: {record}\n{log.read_text()[-3000:]}")
+    return time.perf_counter() - started
+
+
 def measure(checkout: Path, args: argparse.Namespace, work: Path) -> dict:
     """One engine from `checkout`: idle RSS, then one request's peak."""
     port = free_port()
@@ -105,25 +124,21 @@ def measure(checkout: Path, args: argparse.Namespace, work: Path) -> dict:
             "num_inference_steps": str(args.steps),
             "seed": "1",
         }
-        started = time.perf_counter()
         with PeakSampler(process, args.interval_s) as sampler, httpx.Client(base_url=url, timeout=60) as http:
-            job = http.post("/v1/videos", files={k: (None, v) for k, v in fields.items()})
-            job.raise_for_status()
-            job_id = job.json()["id"]
-            deadline = time.monotonic() + REQUEST_TIMEOUT_S
-            while True:
-                record = http.get(f"/v1/videos/{job_id}").json()
-                if record["status"] in ("completed", "failed") or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-        seconds = time.perf_counter() - started
-        if record["status"] != "completed":
-            raise SystemExit(f"the request did not complete: {record}\n{log.read_text()[-3000:]}")
+            seconds = timed_request(http, fields, log)
+        after = []  # the engine idle again: what it keeps of the request's memory, sampled past its idle release
+        for _ in range(int(args.after_s / 0.1)):
+            after.append(rss_bytes(process))
+            time.sleep(0.1)
+        with httpx.Client(base_url=url, timeout=60) as http:
+            again = timed_request(http, fields, log)  # the same request once the engine has let its memory go
         return {
             "idle_mb": round(idle_bytes / 2**20, 1),
             "peak_mb": round(sampler.peak / 2**20, 1),
             "above_idle_mb": round((sampler.peak - idle_bytes) / 2**20, 1),
+            "idle_after_mb": round(min(after[-10:]) / 2**20, 1),
             "seconds": round(seconds, 1),
+            "again_after_idle_s": round(again, 1),
             "samples": sampler.samples,
         }
     finally:
@@ -139,6 +154,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="the engine's CPU threads")
     parser.add_argument("--interval-s", type=float, default=0.02, help="how often the RSS is sampled")
     parser.add_argument("--idle-s", type=float, default=2.0, help="how long the idle RSS is sampled")
+    parser.add_argument(
+        "--after-s", type=float, default=8.0, help="how long the RSS is sampled once the request is done"
+    )
     parser.add_argument("--bound-mb", type=float, default=1536.0, help="this checkout's peak above idle, at most")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -165,12 +183,15 @@ def main() -> int:
         report["ratio_above_idle_baseline_over_this"] = round(
             before["above_idle_mb"] / max(this["above_idle_mb"], 1), 2
         )
+        report["ratio_idle_after_baseline_over_this"] = round(before["idle_after_mb"] / this["idle_after_mb"], 2)
+        report["ratio_again_this_over_baseline"] = round(this["again_after_idle_s"] / before["again_after_idle_s"], 2)
     print(f"{args.size} x {args.frames} frames, {args.steps} steps, {args.threads} threads (CPU)")
-    print("| checkout | idle MB | peak MB | above idle MB | seconds |")
-    print("|---|---|---|---|---|")
-    for name, figures in results.items():
+    print("| checkout | idle MB | peak MB | above idle MB | idle after MB | seconds | again, after idle s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, f in results.items():
         print(
-            f"| {name} | {figures['idle_mb']} | {figures['peak_mb']} | {figures['above_idle_mb']} | {figures['seconds']} |"
+            f"| {name} | {f['idle_mb']} | {f['peak_mb']} | {f['above_idle_mb']} | {f.get('idle_after_mb', '–')} "
+            f"| {f['seconds']} | {f.get('again_after_idle_s', '–')} |"
         )
     print(json.dumps(report, indent=2))
     if args.json:

@@ -26,6 +26,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from studio.grammar import all_scenes, random_prompt
+from studio.settings import StudioSettings
 
 WAIT_POLL_S = (5.0, 10.0, 20.0)  # /wait_run's timeout: a short long-poll, asked again until the run finishes
 DRAIN_S = 180.0  # after the clock, how long a visitor waits for its last runs before it cancels what is left
@@ -34,6 +35,8 @@ LIGHT_CALLS = ("/run_status", "/history")
 TERMINAL = ("done", "failed", "cancelled")
 BLOCKED_PROMPT = "a red circle moving left through gore"  # the guardrail's blocklist refuses it: a failed request
 LINK = re.compile(r'href="([^"]+)"')
+
+QUEUED_TITLE = StudioSettings.model_fields["visitor_max_queued"].title  # as the Sharing answer names it
 
 
 @dataclass
@@ -316,7 +319,7 @@ class Operator(threading.Thread):
         started = self.ledger.now_s()
         arguments = defaults_for(self.caller.client, "/sharing", visitor_max_queued=queued)
         answer = self.caller.call("/sharing", **arguments)
-        ok = isinstance(answer, str) and answer.startswith("applied") and f"visitor_max_queued {queued}" in answer
+        ok = isinstance(answer, str) and answer.startswith("applied") and f"{QUEUED_TITLE} = {queued}" in answer
         self.event(action, started, answer, ok)
 
     def change_sharing(self) -> None:

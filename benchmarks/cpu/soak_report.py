@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.stats import percentile
+from studio.ui.tables import HISTORY_COLUMNS, HISTORY_ROWS
 
 TERMINAL = ("done", "failed", "cancelled")
 LOG_ERRORS = ("Traceback (most recent call last)", "Exception in ASGI application", "didn't return enough output")
 GROWTH_LIMIT = 0.10
-HISTORY_ROWS = 100  # History shows a visitor's latest 100 runs
 FD_SLACK = 8  # descriptors: a handful more (a pooled connection, a log reopened) is not a leak
 
 
@@ -207,8 +207,9 @@ def accounting(
 def _history_problems(
     visitor: str, table: list[list[Any]], runs: list[dict[str, Any]], records: dict[str, dict[str, Any] | None]
 ) -> list[str]:
-    """History's rows (run, started, prompts, tier, requests, done, failed, cancelled; the latest 100 runs,
-    newest first) against the visitor's own runs and their records."""
+    """History's rows (the page's HISTORY_COLUMNS; its latest HISTORY_ROWS runs, newest first) against the visitor's own
+    runs and their records."""
+    counted = [HISTORY_COLUMNS.index(name) for name in ("requests", "done", "failed", "cancelled")]
     problems = []
     shown = Counter(str(row[0]) for row in table)
     mine = {run["run_id"] for run in runs}
@@ -222,8 +223,9 @@ def _history_problems(
             continue
         counts = Counter(r["state"] for r in record["requests"])
         expected = [len(record["requests"]), counts["done"], counts["failed"], counts["cancelled"]]
-        if [int(value or 0) for value in row[4:8]] != expected:
-            problems.append(f"{visitor}'s History row {row[0]}: {row[4:8]}, its record says {expected}")
+        shown_counts = [int(row[column] or 0) for column in counted]
+        if shown_counts != expected:
+            problems.append(f"{visitor}'s History row {row[0]}: {shown_counts}, its record says {expected}")
     return problems
 
 

@@ -160,6 +160,16 @@ class Job:
 
 # What the worker is handed, instead of jobs, when it should make the warm-up's next run.
 WARM_UP: Any = object()
+IDLE: Any = object()
+
+
+@dataclass(frozen=True)
+class IdleHook:
+    """What the worker does once after `after_s` seconds with nothing queued (the engine hands its freed heap
+    back then); waiting first keeps it off the path of a client that sends its requests one after another."""
+
+    after_s: float
+    action: Callable[[], object]
 
 
 def new_job_id(prefix: str = "video_gen") -> str:
@@ -181,8 +191,11 @@ class JobManager:
         encode_workers: int = 0,
         warmup: Warmup | None = None,
         previews: PreviewSettings | None = None,
+        when_idle: IdleHook | None = None,
     ):
         self.generator = generator
+        self.when_idle = when_idle
+        self._idle_at: float | None = None  # when the hook is due: set as work ends, cleared once it has run
         self.previews = previews if previews is not None else PreviewSettings()
         self.warmup = warmup  # its runs left are made while no job is queued
         self.output_dir = Path(output_dir)
@@ -356,9 +369,17 @@ class JobManager:
             batch = self._next_batch()
             if batch is None:
                 return
+            if batch is IDLE:
+                assert self.when_idle is not None
+                try:
+                    self.when_idle.action()
+                except Exception:
+                    log.exception("the engine's idle hook failed")
+                continue
             if batch is WARM_UP:
                 assert self.warmup is not None
                 self.warmup.run_next()
+                self._work_ended()
                 continue
             with self._lock:
                 batch = [job for job in batch if job.status is JobStatus.QUEUED and not job.cancel_requested.is_set()]
@@ -372,10 +393,17 @@ class JobManager:
                 continue
             self._update_gauges()
             self._run_batch(batch)
+            self._work_ended()
+
+    def _work_ended(self) -> None:
+        if self.when_idle is not None:
+            with self._queue_changed:
+                self._idle_at = time.monotonic() + self.when_idle.after_s
 
     def _next_batch(self) -> Any:
         """The oldest live job and its partners; waits for a first job, and for partners up to the deadline.
-        WARM_UP where nothing is queued and the warm-up has runs left; None once stopping."""
+        WARM_UP where nothing is queued and the warm-up has runs left; IDLE once nothing has been queued for the
+        idle hook's wait since the last work; None once stopping."""
         with self._queue_changed:
             while True:
                 while self._pending and (self._pending[0].cancel_requested.is_set() or self._pending[0].done.is_set()):
@@ -385,6 +413,13 @@ class JobManager:
                 if not self._pending:
                     if self.warmup is not None and self.warmup.pending:
                         return WARM_UP
+                    if self._idle_at is not None:
+                        remaining = self._idle_at - time.monotonic()
+                        if remaining <= 0:
+                            self._idle_at = None
+                            return IDLE
+                        self._queue_changed.wait(remaining)
+                        continue
                     self._queue_changed.wait()
                     continue
                 head, hold_until = self._first_in_send_order()

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import uvicorn
 
+from studio.engine.allocator import IDLE_RELEASE_AFTER_S, release_freed_blocks
 from studio.engine.api import create_app
 from studio.engine.generation_types import ModelLoadError
 from studio.engine.generator import VideoGenerator
 from studio.engine.gpu.compile_cache import CompileCache, cache_key, default_cache_root
 from studio.engine.guard import TextGuard
-from studio.engine.jobs import JobManager
+from studio.engine.jobs import IdleHook, JobManager
 from studio.engine.loader import resolve_device
 from studio.engine.metrics import EngineMetrics
 from studio.engine.parallel import ParallelSettings
@@ -225,6 +226,7 @@ def start_jobs(
         encode_workers=settings.encode_workers if settings.encode_workers is not None else (8 if gpu else 0),
         warmup=warmup,
         previews=PreviewSettings(enabled=settings.previews, interval_s=settings.preview_interval_s),
+        when_idle=None if gpu else IdleHook(IDLE_RELEASE_AFTER_S, release_freed_blocks),
     )
     manager.start()
     return manager

@@ -74,6 +74,7 @@ STATS_COLUMNS = [
 ]
 STATS_LABEL = "Statistics (latency: from pressing Generate to the video in the page)"
 LATEST_RUN_ROW, SESSION_ROW = "latest run", "session"
+HISTORY_ROWS = 100  # History shows a visitor's latest runs, this many
 HISTORY_COLUMNS = ["run", "started", "prompts", "tier", "aspect", "requests", "done", "failed", "cancelled"]
 FROM_SENDING_COLUMN = "from sending s (server-side)"
 RUN_REQUEST_COLUMNS = [
@@ -249,7 +250,7 @@ def details_markdown(view: RequestView) -> str:
 def history_table(controller: StudioController, scope: Visitor | None = None) -> pd.DataFrame:
     """The runs `scope` may see (None: everyone's), newest first."""
     rows = []
-    for run in controller.store.recent_runs(100, scope.id if scope is not None else None):
+    for run in controller.store.recent_runs(HISTORY_ROWS, scope.id if scope is not None else None):
         spec = run["spec"]
         prompts = spec.get("prompts", [])
         rows.append(

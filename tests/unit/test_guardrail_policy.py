@@ -65,7 +65,7 @@ def test_the_sharing_form_shows_and_sets_the_visitors_guardrails(attached):
     assert isinstance(choice, gr.Radio) and shown["visitor_guardrails"] == "forced"
     assert [value for _label, value in choice.choices] == ["forced", "optional"]
     answer = apply_sharing(attached, {**shown, "visitor_guardrails": "optional"})
-    assert answer.startswith("applied") and "visitor_guardrails optional" in answer
+    assert answer.startswith("applied") and "Per visitor: guardrails = optional" in answer
     assert attached.settings.visitor_guardrails == "optional"
     refused = apply_sharing(attached, {**shown, "visitor_guardrails": "never"})
     assert refused.startswith("**not applied**") and attached.settings.visitor_guardrails == "optional"
