@@ -6,6 +6,7 @@ job. Frame counts are rounded up to 4k+1 because the video VAE compresses time b
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -75,6 +76,24 @@ def size_for(tier: str, aspect: str) -> tuple[int, int]:
     if aspect not in SIZES[tier]:
         raise TierError(f"unknown aspect {aspect!r}; choose one of {', '.join(ASPECTS)}")
     return SIZES[tier][aspect]
+
+
+# A prompt line's own aspect, written before it: `9:16 | a dancer on a rooftop` (the run's aspect elsewhere).
+LINE_ASPECT = re.compile(r"^\s*(\d{1,2}:\d{1,2})\s*\|")
+
+
+def line_aspect(prompt: str) -> tuple[str | None, str]:
+    """A prompt line's own aspect (None where it names none) and the prompt without it. Raises TierError for an
+    aspect that is not one of ASPECTS, or a prefix with no prompt after it."""
+    match = LINE_ASPECT.match(prompt)
+    if match is None:
+        return None, prompt
+    aspect, text = match.group(1), prompt[match.end() :].strip()
+    if aspect not in ASPECTS:
+        raise TierError(f"unknown aspect {aspect!r} before a prompt; choose one of {', '.join(ASPECTS)}")
+    if not text:
+        raise TierError(f"write a prompt after {aspect!r} |")
+    return aspect, text
 
 
 def round_frames(num_frames: int) -> int:

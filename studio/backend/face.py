@@ -45,6 +45,7 @@ from studio.backend.runs.stats import (
     summarize,
     throughput_so_far,
 )
+from studio.backend.runs.store import RUN_STATES, RunFilter
 from studio.backend.servers.launchers import LEVER_FLAGS, levers_missing
 from studio.backend.servers.layouts import LayoutError
 from studio.backend.servers.metrics import scrape
@@ -63,6 +64,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_UPLOAD_BYTES",
     "PARETO_PLOT",
+    "RUN_STATES",
     "SLOTS_PER_SERVER",
     "AccessError",
     "AccessPolicy",
@@ -82,6 +84,7 @@ __all__ = [
     "RequestState",
     "RequestView",
     "Run",
+    "RunFilter",
     "RunSpec",
     "RunTooLarge",
     "SeedPolicy",

@@ -70,7 +70,12 @@ def generate_form(controller: StudioController) -> dict[str, gr.Component]:
     prompts, tier and aspect). The Generate button follows them, in view as the page opens; then the rest
     (more_fields) and the examples."""
     settings = controller.settings
-    prompts = gr.Textbox(label="Prompts (one per line)", lines=3, elem_id="prompt", placeholder=EXAMPLES[0])
+    prompts = gr.Textbox(
+        label='Prompts (one per line; "9:16 | ..." gives a line its own aspect)',
+        lines=3,
+        elem_id="prompt",
+        placeholder=EXAMPLES[0],
+    )
     form: dict[str, gr.Component] = {"prompts": prompts}
     with gr.Row():
         form["tier"] = gr.Radio(list(tiers.TIERS), value=settings.default_tier, label="Tier", elem_id="tier")

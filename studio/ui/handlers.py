@@ -489,11 +489,13 @@ def form_from_past(
     seed, its run's settings, and the defaults its run took where it named none. One copy, the seed fixed."""
     spec = rerun(controller, run_id, scope)
     defaults = controller.run_defaults(spec.tier)
+    size = str(past.get("size") or "")
+    made = tiers.tier_and_aspect_of_size(*(int(side) for side in size.split("x"))) if "x" in size else None
     return {
         "prompts": past["prompt"],
         "negative_prompt": spec.negative_prompt or "",
         "tier": spec.tier,
-        "aspect": spec.aspect,
+        "aspect": made[1] if made is not None else spec.aspect,  # a prompt line's own aspect, where it had one
         "frames": past.get("num_frames") or spec.frames or defaults.frames,
         "fps": str(spec.fps or defaults.fps),
         "steps": spec.steps or defaults.steps,

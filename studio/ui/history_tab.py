@@ -4,18 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import gradio as gr
 from pydantic import ValidationError
 
-from studio.backend.face import StudioController, Visitor
+from studio.backend.face import RUN_STATES, RunFilter, StudioController, Visitor
+from studio.tiers import Tier
 from studio.ui import gallery, handlers, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import MINE, PageAccess
 from studio.ui.markdown import clipped, markdown_text
 
 REFRESH_S = 2.0
+ANY = "any"
+STATE_CHOICES = [("Any state", ANY), *((state.capitalize(), state) for state in RUN_STATES)]
+TIER_CHOICES = [("Any tier", ANY), *((tier, tier) for tier in get_args(Tier))]
+SEARCH_CHARS = 200  # a search longer than any sensible phrase is cut, not sent to the database whole
+
+
+def history_filter(search: Any, state: Any, tier: Any, bench: Any) -> RunFilter:
+    """The filter row's values as the store's filter; a value outside the choices (from the API) means any."""
+    return RunFilter(
+        bench=bench is True,
+        tier=tier if tier in get_args(Tier) else None,
+        state=state if state in RUN_STATES else None,
+        search=str(search or "").strip()[:SEARCH_CHARS],
+    )
 
 
 def finished_runs(controller: StudioController) -> int:
@@ -88,7 +103,15 @@ def build_history_tab(
     """Past runs of the visitor asking (an operator's `show` switch: everyone's). `opened`: the page's load
     event, when the table is first read. `reuse`: the Generate form a past video's settings go to."""
     links = FileLinks(controller.store.root)
-    refresh = gr.Button("Refresh", elem_id="history-refresh")
+    with gr.Row(elem_id="history-filters", equal_height=True):
+        search = gr.Textbox(
+            placeholder="Search prompts", show_label=False, elem_id="history-search", scale=4, max_length=SEARCH_CHARS
+        )
+        state = gr.Dropdown(STATE_CHOICES, value=ANY, show_label=False, elem_id="history-state", scale=1, min_width=140)
+        tier = gr.Dropdown(TIER_CHOICES, value=ANY, show_label=False, elem_id="history-tier", scale=1, min_width=120)
+        bench = gr.Checkbox(False, label="Bench runs", elem_id="history-bench", scale=1, min_width=120)
+        refresh = gr.Button("Refresh", elem_id="history-refresh", scale=0, min_width=100)
+    filters = [search, state, tier, bench]
     # Built empty (a first value is part of the page every visitor loads); the page's load fills it.
     history = gr.Dataframe(
         tables.frame([], tables.HISTORY_COLUMNS), interactive=False, elem_id="history", label="Runs, newest first"
@@ -127,27 +150,48 @@ def build_history_tab(
     def scope_of(request: gr.Request, profile: gr.OAuthProfile | None, shown: str | None) -> Visitor | None:
         return access.scope(access.require(request, profile), shown)
 
-    @refresh.click(inputs_kwargs={"show": show}, outputs=history, api_name="history")
-    def on_refresh(request: gr.Request, profile: gr.OAuthProfile | None, show: str | None = MINE) -> Any:
-        return tables.history_table(controller, scope_of(request, profile, show))
+    @refresh.click(
+        inputs_kwargs={"show": show, "search": search, "state": state, "tier": tier, "bench": bench},
+        outputs=history,
+        api_name="history",
+    )
+    def on_refresh(
+        request: gr.Request,
+        profile: gr.OAuthProfile | None,
+        show: str | None = MINE,
+        search: str | None = None,
+        state: str = ANY,
+        tier: str = ANY,
+        bench: bool = False,
+    ) -> Any:
+        only = history_filter(search, state, tier, bench)
+        return tables.history_table(controller, scope_of(request, profile, show), only)
 
-    # The table is read when the page opens, when `show` changes and when one of this studio's runs ends.
+    # The table is read when the page opens, when `show` or a filter changes and when one of this studio's runs ends.
     @gr.on(
-        [opened, gr.Timer(REFRESH_S).tick, show.change],
-        inputs=[seen, show],
+        [opened, gr.Timer(REFRESH_S).tick, show.change, search.submit, state.change, tier.change, bench.change],
+        inputs=[seen, show, *filters],
         outputs=[history, seen],
         show_progress="hidden",
         api_visibility="private",
     )
     def on_tick(
-        seen_before: Any, shown: str | None, request: gr.Request, profile: gr.OAuthProfile | None
+        seen_before: Any,
+        shown: str | None,
+        search: str,
+        state: str,
+        tier: str,
+        bench: bool,
+        request: gr.Request,
+        profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
         visitor = access.visitor(request, profile)
-        now = (finished_runs(controller), shown)
+        only = history_filter(search, state, tier, bench)
+        now = (finished_runs(controller), shown, only)
         if visitor is None or now == seen_before:
             # Nothing to send: each output told so (an empty answer is an error of Gradio's, at every tick).
             return {history: gr.skip(), seen: gr.skip()}
-        return {history: tables.history_table(controller, access.scope(visitor, shown)), seen: now}
+        return {history: tables.history_table(controller, access.scope(visitor, shown), only), seen: now}
 
     @history.select(
         inputs=show,

@@ -18,12 +18,14 @@ from studio.backend.face import (
     RequestBoard,
     RequestState,
     RequestView,
+    RunFilter,
     Standing,
     StudioController,
     Visitor,
     for_visitors,
     latency_parts,
 )
+from studio.tiers import line_aspect
 from studio.ui.markdown import clipped, markdown_code, markdown_text
 
 REQUEST_ROWS = 300
@@ -247,10 +249,23 @@ def details_markdown(view: RequestView) -> str:
 
 
 # ---- History tab -----------------------------------------------------------------------------------
-def history_table(controller: StudioController, scope: Visitor | None = None) -> pd.DataFrame:
-    """The runs `scope` may see (None: everyone's), newest first."""
+def run_aspects(spec: dict[str, Any]) -> str:
+    """The aspects of a stored run's requests: its own, and those its prompt lines write first (`9:16 | ...`)."""
+    aspects = []
+    for prompt in spec.get("prompts", []):
+        try:
+            aspects.append(line_aspect(str(prompt))[0] or spec.get("aspect"))
+        except ValueError:  # a run stored before prompt lines could carry their aspect
+            aspects.append(spec.get("aspect"))
+    return ", ".join(str(a) for a in dict.fromkeys(aspects or [spec.get("aspect")]) if a)
+
+
+def history_table(
+    controller: StudioController, scope: Visitor | None = None, only: RunFilter | None = None
+) -> pd.DataFrame:
+    """The runs `scope` may see (None: everyone's) that `only` keeps (None: people's runs, no bench), newest first."""
     rows = []
-    for run in controller.store.recent_runs(HISTORY_ROWS, scope.id if scope is not None else None):
+    for run in controller.store.recent_runs(HISTORY_ROWS, scope.id if scope is not None else None, only or RunFilter()):
         spec = run["spec"]
         prompts = spec.get("prompts", [])
         rows.append(
@@ -259,7 +274,7 @@ def history_table(controller: StudioController, scope: Visitor | None = None) ->
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["created_at"])),
                 (clipped(prompts[0], 60) + (f" (+{len(prompts) - 1})" if len(prompts) > 1 else "")) if prompts else "",
                 spec.get("tier"),
-                spec.get("aspect"),
+                run_aspects(spec),
                 run["requests"],
                 run["done"] or 0,
                 run["failed"] or 0,

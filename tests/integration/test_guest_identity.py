@@ -86,6 +86,10 @@ def test_the_history_never_holds_a_guests_cookie_and_a_restart_keeps_the_guest(t
         first = make_video(one, outputs, "guest-before-restart-5e0c")
         assert re.fullmatch(r"guest:[0-9a-f]{32}", first), first
         assert "guest-before-restart-5e0c" in str(one.predict(show="mine", api_name="/history"))
+        # History's filters through the API: a search finds the run, another word or a state it is not in do not.
+        assert "guest-before-restart-5e0c" in str(one.predict(search="BEFORE-restart", api_name="/history"))
+        assert "guest-before-restart-5e0c" not in str(one.predict(search="nowhere-9q", api_name="/history"))
+        assert "guest-before-restart-5e0c" not in str(one.predict(state="failed", api_name="/history"))
         # While the studio runs (the database's -wal still open), and after: the cookie is nowhere.
         assert (outputs / "history.sqlite3").exists()
         assert files_holding(outputs, COOKIE.encode()) == []

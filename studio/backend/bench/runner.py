@@ -100,6 +100,7 @@ def cell_spec(
         seed=config.seed,
         seed_policy="increment",
         guardrails=guardrails,
+        bench=True,  # History keeps the bench's cells and warm-ups apart from people's runs
     )
     return spec.resolved(engine_kind(settings), settings)
 

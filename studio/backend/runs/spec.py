@@ -151,6 +151,7 @@ class RunSpec(BaseModel):
     # An image for image-to-video that the server fetches: each request's image_reference, {"image_url": ...}.
     image_url: str | None = None
     generate_sound: bool = False  # sound_duration follows the video: frames / fps
+    bench: bool = False  # a bench's cell or warm-up: History keeps these apart from people's work
 
     @model_validator(mode="before")
     @classmethod
@@ -187,6 +188,7 @@ class RunSpec(BaseModel):
                 raise ValueError("a prompt may not contain NUL characters")
             if len(prompt) > MAX_PROMPT_CHARS:
                 raise ValueError(f"a prompt may have at most {MAX_PROMPT_CHARS} characters, got {len(prompt)}")
+            tiers.line_aspect(prompt)  # an aspect written before a prompt is one of the tiers' (TierError says why)
         return cleaned
 
     @field_validator("image_url")
@@ -281,7 +283,7 @@ class RunSpec(BaseModel):
         """Raises what the run's requests would: its shape (TierError: tier, frames, fps), then what the wire
         contract limits (ValidationError, e.g. the negative prompt's length), checked on its first request alone:
         every request of a run shares all but its prompt and seed, which RunSpec checks itself."""
-        self._request(self.prompts[0], 0, self.shape())
+        self._request(self.prompts[0], 0, self.shape(self.prompts[0]))
 
     def image_refusal(self, engine: StudioSettings | EngineKind | str) -> str | None:
         """Why `engine` cannot take this run's image (None: it can, or there is none)."""
@@ -290,16 +292,22 @@ class RunSpec(BaseModel):
             return takes.why_not
         return None
 
-    def shape(self) -> tiers.Shape:
-        return tiers.shape_for(self.tier, self.aspect, self.frames, self.fps if self.fps is not None else DEFAULT_FPS)
+    def shape(self, prompt: str | None = None) -> tiers.Shape:
+        """The run's shape; with `prompt`, that prompt line's (its own aspect where it writes one first)."""
+        aspect = (tiers.line_aspect(prompt)[0] if prompt is not None else None) or self.aspect
+        return tiers.shape_for(self.tier, aspect, self.frames, self.fps if self.fps is not None else DEFAULT_FPS)
+
+    def aspects(self) -> list[str]:
+        """The aspects the run's requests take, in the order their prompts first ask them."""
+        return list(dict.fromkeys(tiers.line_aspect(prompt)[0] or self.aspect for prompt in self.prompts))
 
     def build_requests(self) -> list[VideoRequest]:
         """Every request of the run, in order: each prompt, then its copies. Seeds follow the policy; those drawn
         at random are below protocol.RANDOM_SEED_BOUND."""
-        shape = self.shape()
         base_seed = self.seed if self.seed is not None else random.randrange(RANDOM_SEED_BOUND)
         requests = []
         for p_index, prompt in enumerate(self.prompts):
+            shape = self.shape(prompt)
             for copy in range(self.copies):
                 index = p_index * self.copies + copy
                 if self.seed_policy is SeedPolicy.RANDOM or (
@@ -318,7 +326,7 @@ class RunSpec(BaseModel):
         if not self.guardrails:
             extra["guardrails"] = False
         return VideoRequest(
-            prompt=prompt,
+            prompt=tiers.line_aspect(prompt)[1],
             negative_prompt=self.negative_prompt or None,
             model=self.model,
             width=shape.width,

@@ -15,10 +15,33 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from studio.backend.runs.request_state import RequestState
 from studio.backend.visitors import LOCAL_OPERATOR
 from studio.startup import private_folder
+
+_UNFINISHED = ", ".join(f"'{state.value}'" for state in RequestState if not state.finished)
+# How a run stands, as History filters it: each a condition on its requests' counts (SQL, over recent_runs' join).
+RUN_STATES: dict[str, str] = {
+    "done": "COUNT(q.id) > 0 AND SUM(q.state = 'done') = COUNT(q.id)",
+    "failed": "SUM(q.state IN ('failed', 'lost')) > 0",
+    "cancelled": "SUM(q.state = 'cancelled') > 0",
+    "unfinished": f"SUM(q.state IN ({_UNFINISHED})) > 0",
+}
+RunState = Literal["done", "failed", "cancelled", "unfinished"]
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs History shows: bench runs or not, one tier or all, a state or all, and a prompt search (its words
+    anywhere in one of a run's prompts, case aside for ASCII letters)."""
+
+    bench: bool = False
+    tier: str | None = None
+    state: RunState | None = None
+    search: str = ""
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -206,18 +229,34 @@ class OutputStore:
             ).fetchall()
         return [_decode(row) for row in rows]
 
-    def recent_runs(self, limit: int = 50, visitor_id: str | None = None) -> list[dict[str, Any]]:
-        """The newest runs with their requests counted by how they ended; with `visitor_id`, only theirs."""
+    def recent_runs(
+        self, limit: int = 50, visitor_id: str | None = None, only: RunFilter | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest runs with their requests counted by how they ended; with `visitor_id`, only theirs; with
+        `only`, those it keeps (bench runs are kept only where it asks for them)."""
+        where, having, values = ["(? IS NULL OR r.visitor = ?)"], [], [visitor_id, visitor_id]
+        if only is not None:
+            if not only.bench:
+                where.append("COALESCE(json_extract(r.spec, '$.bench'), 0) = 0")
+            if only.tier is not None:
+                where.append("json_extract(r.spec, '$.tier') = ?")
+                values.append(only.tier)
+            if only.search:
+                where.append("EXISTS (SELECT 1 FROM requests s WHERE s.run_id = r.id AND s.prompt LIKE ? ESCAPE '\\')")
+                values.append("%" + "".join("\\" + c if c in "%_\\" else c for c in only.search) + "%")
+            if only.state is not None:
+                having.append(RUN_STATES[only.state])
+        query = (
+            "SELECT r.id, r.created_at, r.spec, r.visitor, COUNT(q.id) AS requests,"
+            " SUM(q.state = 'done') AS done, SUM(q.state = 'failed') AS failed,"
+            " SUM(q.state = 'cancelled') AS cancelled"
+            " FROM runs r LEFT JOIN requests q ON q.run_id = r.id"
+            f" WHERE {' AND '.join(where)} GROUP BY r.id"
+            + (f" HAVING {' AND '.join(having)}" if having else "")
+            + " ORDER BY r.created_at DESC LIMIT ?"
+        )
         with self._lock:
-            rows = self._db.execute(
-                "SELECT r.id, r.created_at, r.spec, r.visitor, COUNT(q.id) AS requests,"
-                " SUM(q.state = 'done') AS done, SUM(q.state = 'failed') AS failed,"
-                " SUM(q.state = 'cancelled') AS cancelled"
-                " FROM runs r LEFT JOIN requests q ON q.run_id = r.id"
-                " WHERE ? IS NULL OR r.visitor = ?"
-                " GROUP BY r.id ORDER BY r.created_at DESC LIMIT ?",
-                (visitor_id, visitor_id, limit),
-            ).fetchall()
+            rows = self._db.execute(query, (*values, limit)).fetchall()
         return [{**dict(row), "spec": json.loads(row["spec"])} for row in rows]
 
     def requests_since(self, visitor_id: str, since: float) -> int:
