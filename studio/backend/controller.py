@@ -345,12 +345,18 @@ class StudioController:
         mine_in_flight = in_flight.pop(visitor.party, 0)  # the dispatcher counts by party (fair_share.py)
         # Others' requests ahead of the visitor's are those that get a slot first: those at the servers and those
         # served before in turn. A visitor with nothing waiting for a slot has nothing ahead of them.
-        ahead = +(in_flight + self.dispatcher.served_before(visitor.party, queued)) if queued else Counter()
+        waiting_ahead = self.dispatcher.served_before(visitor.party, queued) if queued else Counter()
+        ahead = +(in_flight + waiting_ahead) if queued else Counter()
         recent = self.board.recent_inference_s()
         eta_s = None
         if recent:
             servers = self.fleet.pool.taking_work if self.fleet.pool else 1
-            eta_s = (sum(ahead.values()) + queued + mine_in_flight) * (sum(recent) / len(recent)) / servers
+            typical = sum(recent) / len(recent)
+            # What is at the servers counts by its own time to go, so the figure runs down as the work does.
+            at_servers = self.board.at_servers_left_s(typical, visitor.party)
+            if queued:
+                at_servers += self.board.at_servers_left_s(typical, visitor.party, theirs=False)
+            eta_s = (at_servers + (sum(waiting_ahead.values()) + queued) * typical) / servers
         return Standing(queued, mine_in_flight, sum(ahead.values()), len(ahead), eta_s)
 
     async def resume_unfinished(self) -> int:

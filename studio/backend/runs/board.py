@@ -9,9 +9,9 @@ operators); cancelling another visitor's request takes an operator.
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from studio.backend.runs import eta
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.run import Run
 from studio.backend.runs.stats import LatencySummary, summarize
@@ -42,7 +42,6 @@ class Progress:
 # A studio serves for days: the board keeps the newest finished runs in memory (the page's table, gallery and figures
 # of the session), History keeps every one. Runs under way are always kept.
 MAX_FINISHED_RUNS = 500
-ESTIMATE_SAMPLES = 50  # finished requests of a shape its estimates average over (the newest)
 
 
 class RequestBoard:
@@ -57,7 +56,7 @@ class RequestBoard:
         self.finished_runs_count = 0
         self._finished_ids: set[str] = set()  # of those: one look-up, not a walk through the list
         self._unfinished: dict[str, int] = {}  # run id -> its requests not yet ended (each update costs the same)
-        self._inference_by_shape: dict[tuple, deque[float]] = defaultdict(lambda: deque(maxlen=ESTIMATE_SAMPLES))
+        self.step_rates = eta.StepRates()  # seconds per step by shape, of the requests done: estimates' base
         self._names: dict[str, str] = {}  # visitor id -> the name they go by: what an owner column shows
 
     def add_run(self, run: Run) -> None:
@@ -74,13 +73,22 @@ class RequestBoard:
             self._finished_ids.add(view.id)
             self.finished_order.append(view)
             self.finished_count += 1
-            if view.state is RequestState.DONE and _server_s(view):
-                self._inference_by_shape[view.shape_key].append(_server_s(view))
+            if view.state is RequestState.DONE:
+                self._measured(view)
             left = self._unfinished.get(view.run_id)
             if left:
                 self._unfinished[view.run_id] = left - 1
                 if left == 1:
                     self.finished_runs_count += 1
+
+    def _measured(self, view: RequestView) -> None:
+        """A request done: its step rate joins its shape's. Its own steps' where it spanned a few; else its time
+        at the server over its steps (a server that tells no progress)."""
+        rate = view.clock.rate_s()
+        if rate is None and _server_s(view):
+            rate = _server_s(view) / view.planned_steps
+        if rate is not None:
+            self.step_rates.add(view.shape, rate)
 
     def _forget_oldest_finished(self) -> None:
         """Past max_finished_runs finished runs, the oldest go from memory (History keeps them)."""
@@ -144,20 +152,46 @@ class RequestBoard:
         return summarize([view.sample() for view in views if view.state.finished], slo_s)
 
     def progress(self, view: RequestView, now: float | None = None) -> Progress:
-        """Real progress where the server reports it; else an estimate from finished requests of the same shape."""
+        """Real progress where the server reports it; else an estimate from finished requests of the same shape.
+        The time to go is reckoned at each call (eta.py): it counts down between progress events."""
         now = now or time.time()
         if view.state.finished:
             return Progress(100.0 if view.state is RequestState.DONE else view.progress, None, False)
-        if view.server_progress_is_real or view.state is not RequestState.RUNNING:
-            return Progress(view.progress, view.eta_s, False)
-        history = self._inference_by_shape.get(view.shape_key)
+        if view.state is not RequestState.RUNNING:
+            return Progress(view.progress, None, False)
+        if view.server_progress_is_real:
+            return Progress(view.progress, self.time_to_go(view, now).remaining_s, False)
+        measured = self.step_rates.rate_s(view.shape)
         started = view.timings.first_running
-        if not history or started is None:
+        if measured is None or started is None:
             return Progress(view.progress, None, True)
-        expected = sum(history) / len(history)
-        running_for = now - started
-        percent = min(99.0, 100.0 * running_for / expected) if expected > 0 else 0.0
-        return Progress(percent, max(0.0, expected - running_for), True)
+        percent, left = eta.by_duration(measured[0] * view.planned_steps, now - started)
+        return Progress(percent, left, True)
+
+    def time_to_go(self, view: RequestView, now: float | None = None) -> eta.Eta:
+        """A running request's time to go, from its own steps and its shape's measured rate."""
+        now = now or time.time()
+        clock = view.clock
+        if clock.first_done is None and view.server_progress_is_real and view.progress > 0:
+            # Progress known but not when it was reached (a job followed again): as if seen now.
+            clock = eta.StepClock()
+            clock.observe(view.steps_done, now)
+        return eta.estimate(clock, view.planned_steps, view.started_running, self.step_rates.rate_s(view.shape), now)
+
+    def at_servers_left_s(self, typical_s: float, party: str, theirs: bool = True) -> float:
+        """The time still to go of the requests at the servers, of `party` (theirs) or of everyone else: a running
+        one's own estimate, counted down as it runs; `typical_s` for one not started or with no estimate yet."""
+        now, left = time.time(), 0.0
+        for run in list(self.runs):
+            if (run.visitor.party == party) != theirs:
+                continue
+            for view in run.views:
+                if view.state is RequestState.QUEUED:
+                    left += typical_s
+                elif view.state is RequestState.RUNNING:
+                    remaining = self.progress(view, now).eta_s
+                    left += typical_s if remaining is None else remaining
+        return left
 
     # ---- control -----------------------------------------------------------------------------------
     def cancel(self, request_id: str, by: Visitor = LOCAL_OPERATOR) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from studio import tiers
 from studio.backend.clients.base import RequestTimings
 from studio.backend.engine_kinds import EngineKind, kind_of_job
+from studio.backend.runs.eta import Shape, StepClock
 from studio.backend.runs.stats import RequestSample
 from studio.backend.visitors import LOCAL_OPERATOR
 from studio.protocol import JobRecord, JobStatus, PreviewEvent, ProgressEvent, VideoRequest, is_guardrail_block
@@ -66,6 +67,8 @@ class RequestView:
     # What its video looks like so far, where the server sends previews (the embedded engine): its latest, kept in
     # memory only, for the page of its visitor and of operators.
     preview: PreviewEvent | None = None
+    # When its steps were seen done: its own step rate, for its time to go (eta.py).
+    clock: StepClock = field(default_factory=StepClock)
 
     # ---- what it is --------------------------------------------------------------------------------
     @property
@@ -91,10 +94,9 @@ class RequestView:
         return lacks.why_not if lacks is not None and not lacks else None
 
     @property
-    def shape_key(self) -> tuple:
-        """Requests of one shape take about as long as each other: the key for estimates."""
-        r = self.request
-        return (r.width, r.height, r.num_frames, r.num_inference_steps, r.guidance_scale)
+    def shape(self) -> Shape:
+        """Requests of one shape step at about the same rate: the key for estimates."""
+        return Shape.of(self.request)
 
     @property
     def never_started(self) -> bool:
@@ -110,15 +112,22 @@ class RequestView:
         return end - self.timings.created
 
     @property
-    def eta_s(self) -> float | None:
-        """Seconds left, from real progress where the server reports it."""
-        if self.state is not RequestState.RUNNING or not self.server_progress_is_real or self.progress <= 0:
-            return None
-        started = self.timings.first_running or self.timings.accepted
-        if started is None:
-            return None
-        running_for = time.time() - started
-        return running_for * (100.0 - self.progress) / self.progress
+    def started_running(self) -> float | None:
+        """When it was first seen running (else accepted): where its time at the server begins."""
+        return self.timings.first_running or self.timings.accepted
+
+    @property
+    def planned_steps(self) -> int:
+        """Its denoising steps in all: as its events tell, else as it asked (where it left them to the server,
+        its percentage stands for them)."""
+        return self.total_steps or self.request.num_inference_steps or 100
+
+    @property
+    def steps_done(self) -> float:
+        """Its denoising steps done: as its events tell them, else its progress in steps."""
+        if self.step is not None:
+            return float(self.step)
+        return self.progress / 100.0 * self.planned_steps
 
     def sample(self) -> RequestSample:
         return RequestSample.of(str(self.state), self.tier, self.timings, self.finished_at)
@@ -168,11 +177,16 @@ class RequestView:
         elif record.status is JobStatus.COMPLETED:
             self.state = RequestState.DOWNLOADING
         self.progress = float(record.progress)
+        # Where the job's events tell its steps, those time them (a record's percentage is rounded).
+        if self.step is None and self.state is RequestState.RUNNING and 0 < self.progress < 100:
+            self.clock.observe(self.steps_done, time.time())
 
     def stepped(self, step: int, total_steps: int) -> None:
         """A denoising step of its job, as the server's events tell it (the record's progress follows as well)."""
         self.step, self.total_steps = step, total_steps
         self.server_progress_is_real = True
+        if step > 0:
+            self.clock.observe(float(step), time.time())
 
     def job_event(self, event: ProgressEvent | PreviewEvent) -> None:
         """One of its job's events: a step, or the latest preview (an earlier one is dropped)."""
@@ -186,6 +200,7 @@ class RequestView:
         """Its server lost the job before starting it: back to waiting in the studio, to be sent again."""
         self.resubmissions += 1
         self.job_id, self.endpoint, self.state, self.progress = None, None, RequestState.WAITING, 0.0
+        self.clock = StepClock()
         self.timings.sent = self.timings.accepted = self.timings.last_queued = None
 
     def job_failure(self, record: JobRecord) -> str:
