@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit test-fast test-vllm-omni lint format install clean doctor
+.PHONY: run test test-unit test-fast test-vllm-omni lint format install clean doctor docs
 
 install: $(STAMP)
 
@@ -48,6 +48,10 @@ format: install
 
 doctor: install
 	$(BIN)/omni-studio doctor
+
+# The docs site (mkdocs-material) into site/; --strict: a broken link or a page left out of the nav fails it.
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .venv-vllm-omni outputs .pytest_cache

@@ -1,0 +1,154 @@
+"""Screenshots of the studio's page for the docs site: the studio started as a user starts it (on loopback, with a
+temporary outputs folder), one video made from the Generate tab, then a PNG of each tab at 1440 px wide in
+docs/images/. Needs Chromium (/usr/bin/chromium, or OMNI_STUDIO_CHROMIUM) and Playwright.
+
+    nice -n 19 .venv/bin/python scripts/page_screenshots.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from studio.backend.servers.supervisor import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES = ROOT / "docs" / "images"
+CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+WIDTH, HEIGHT = 1440, 1000
+# Tab name -> file name; the page's own tab labels.
+TABS = {
+    "Generate": "page-generate.png",
+    "History": "page-history.png",
+    "Server": "page-server.png",
+    "Bench": "page-bench.png",
+}
+
+
+def start_studio(outputs: Path, log: Path, timeout_s: float) -> tuple[subprocess.Popen, str]:
+    """`python -m studio ui` on a free loopback port, once its page answers."""
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "studio", "ui", "--host", "127.0.0.1", "--port", str(port), "--out", str(outputs)],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,  # its engine goes with it when the group is stopped
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the studio exited ({process.returncode}); see {log}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return process, url
+        time.sleep(0.5)
+    stop(process)
+    raise RuntimeError(f"the studio did not answer within {timeout_s:.0f} s; see {log}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def make_one_video(page) -> str:
+    """A short 256p video from the Generate tab, waited for until it plays; its run's id."""
+    page.locator("#prompt textarea").fill("a red circle moving left on a white background")
+    page.locator("#tier").get_by_label("256p").check()
+    page.locator("#frames input").fill("9")
+    page.locator("#steps input").fill("4")
+    page.locator("#copies input").fill("1")
+    page.locator("#generate").click()
+    run_id = re.search(r"run_\w+", page.locator("#status").get_by_text("queued").inner_text()).group(0)
+    page.locator("#stats").get_by_text("1 completed").wait_for(timeout=300_000)
+    page.locator("#gallery .thumbnail-item").first.wait_for(timeout=30_000)
+    page.locator("#gallery .thumbnail-item").first.click()
+    page.wait_for_function(
+        "() => { const v = document.querySelector('#video video'); return v && v.readyState >= 2; }", timeout=30_000
+    )
+    return run_id
+
+
+def open_in_history(page, run_id: str) -> None:
+    """The History tab with the run picked and its video playing, as a person would leave it."""
+    page.locator("#history").get_by_text(run_id).last.wait_for(timeout=60_000)
+    page.locator("#history").get_by_text(run_id).last.click()
+    page.locator("#history-requests").get_by_text("latency s").wait_for(timeout=30_000)
+    page.locator("#history-gallery img").first.click()
+    page.locator("#history-video video").wait_for(timeout=30_000)
+
+
+def shoot(url: str, images: Path) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    written = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+            page.goto(url)
+            run_id = make_one_video(page)
+            for tab, name in TABS.items():
+                page.get_by_role("tab", name=tab).click()
+                if tab == "History":
+                    open_in_history(page, run_id)
+                page.wait_for_timeout(1500)  # the tab's tables and figures fill in after it shows
+                path = images / name
+                # The viewport alone, not the whole scrolled page: the PNGs stay small.
+                page.screenshot(path=str(path), full_page=False)
+                written.append(path)
+        finally:
+            browser.close()
+    return written
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=Path, default=IMAGES, help="where the PNGs go (default: docs/images/)")
+    parser.add_argument("--timeout-s", type=float, default=180.0, help="how long the studio may take to answer")
+    args = parser.parse_args()
+    args.images.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="omni-studio-shots-") as folder:
+        log = Path(folder) / "studio.log"
+        process, url = start_studio(Path(folder) / "outputs", log, args.timeout_s)
+        try:
+            written = shoot(url, args.images)
+        finally:
+            stop(process)
+    for path in written:
+        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {path.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
