@@ -22,6 +22,7 @@ import httpx
 import psutil
 import pytest
 
+from studio.ui.history_tab import ANY, MINE
 from tests.browser.conftest import RunningStudio, start_studio, stop_studio
 from tests.waiting import log_tail, wait_for
 
@@ -52,6 +53,8 @@ SUBMIT_FIELDS = {  # /submit_run's parameters in order, with their defaults
     "negative_prompt": "",
     "image_url": "",
 }
+# /history's parameters in order (show, search, state, tier, bench): the caller's own runs, unfiltered.
+HISTORY_MINE = [MINE, "", ANY, ANY, False]
 
 
 @dataclass
@@ -127,7 +130,7 @@ def timed(function, *args, **kwargs) -> tuple[float, object]:
 def light_call_s(client: httpx.Client) -> float:
     """How long the caller's History takes to answer (infinite: not within 10 s)."""
     try:
-        return timed(call, client, "history", ["mine"], 10.0)[0]
+        return timed(call, client, "history", HISTORY_MINE, 10.0)[0]
     except httpx.TimeoutException:
         return float("inf")
 
@@ -188,7 +191,7 @@ def test_a_guest_holding_waits_cannot_stall_the_others(guest_studio):
     holder, other = visitor(guest_studio, None), visitor(guest_studio, None, address="127.0.0.2")
     try_to_freeze(guest_studio, holder, [other], "guest-holds-77a0", long_poll=False)
     new_cookie = visitor(guest_studio, None)
-    assert join(new_cookie, "history", ["mine"]).status_code == 429
+    assert join(new_cookie, "history", HISTORY_MINE).status_code == 429
 
 
 def page_events(client: httpx.Client) -> list[tuple[int, int]]:
@@ -330,7 +333,7 @@ def test_a_page_session_and_its_stream_belong_to_the_visitor_who_made_it(studio)
     session = "bobsession93d2"
     joined = bob.post(
         "/gradio_api/queue/join",
-        json={"data": ["mine"], "fn_index": history_fn, "session_hash": session, "trigger_id": 0},
+        json={"data": HISTORY_MINE, "fn_index": history_fn, "session_hash": session, "trigger_id": 0},
     )
     assert joined.status_code == 200, joined.text
     # carol, with bob's session hash: neither its stream nor a call in it.
@@ -338,11 +341,11 @@ def test_a_page_session_and_its_stream_belong_to_the_visitor_who_made_it(studio)
     assert marker not in text and status in (403, 404), (status, text[:300])
     stolen = carol.post(
         "/gradio_api/queue/join",
-        json={"data": ["mine"], "fn_index": history_fn, "session_hash": session, "trigger_id": 0},
+        json={"data": HISTORY_MINE, "fn_index": history_fn, "session_hash": session, "trigger_id": 0},
     )
     assert stolen.status_code in (403, 404), stolen.text
     # A call made without a session hash is read by its event id: bob's, not carol's.
-    event_id = join(bob, "history", ["mine"]).json()["event_id"]
+    event_id = join(bob, "history", HISTORY_MINE).json()["event_id"]
     status, text = read_stream(carol, f"/gradio_api/call/history/{event_id}")
     assert marker not in text and status in (403, 404), (status, text[:300])
     # bob reads his own.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +20,10 @@ from studio import tiers
 from studio.backend.clients.base import RequestTimings
 from studio.backend.engine_kinds import EngineKind, kind_of_job
 from studio.backend.runs.eta import Shape, StepClock
+from studio.backend.runs.states import RequestState
 from studio.backend.runs.stats import RequestSample
 from studio.backend.visitors import LOCAL_OPERATOR
 from studio.protocol import JobRecord, JobStatus, PreviewEvent, ProgressEvent, VideoRequest, is_guardrail_block
-
-
-class RequestState(StrEnum):
-    WAITING = "waiting"  # in the studio, for a free slot
-    QUEUED = "queued"  # at the server, not started
-    RUNNING = "running"
-    DOWNLOADING = "downloading"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (RequestState.DONE, RequestState.FAILED, RequestState.CANCELLED)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from studio.backend.runs.request_state import RequestState
+from studio.backend.runs.states import RequestState
 from studio.backend.visitors import LOCAL_OPERATOR
 from studio.startup import private_folder
 
