@@ -8,31 +8,17 @@ docs/images/. Needs Chromium (/usr/bin/chromium, or OMNI_STUDIO_CHROMIUM) and Pl
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
-from studio.backend.servers.supervisor import free_port
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's root: `studio`, `tests`
+
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, start_studio, stop_studio  # noqa: E402
+
 IMAGES = ROOT / "docs" / "images"
-CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 WIDTH, HEIGHT = 1440, 1000
 # Tab name -> file name; the page's own tab labels.
 TABS = {
@@ -41,44 +27,6 @@ TABS = {
     "Server": "page-server.png",
     "Bench": "page-bench.png",
 }
-
-
-def start_studio(outputs: Path, log: Path, timeout_s: float) -> tuple[subprocess.Popen, str]:
-    """`python -m studio ui` on a free loopback port, once its page answers."""
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "studio", "ui", "--host", "127.0.0.1", "--port", str(port), "--out", str(outputs)],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=ROOT,
-        start_new_session=True,  # its engine goes with it when the group is stopped
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the studio exited ({process.returncode}); see {log}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return process, url
-        time.sleep(0.5)
-    stop(process)
-    raise RuntimeError(f"the studio did not answer within {timeout_s:.0f} s; see {log}")
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
 
 
 def make_one_video(page) -> str:
@@ -140,11 +88,11 @@ def main() -> int:
     args.images.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="omni-studio-shots-") as folder:
         log = Path(folder) / "studio.log"
-        process, url = start_studio(Path(folder) / "outputs", log, args.timeout_s)
+        studio = start_studio(Path(folder) / "outputs", log, timeout_s=args.timeout_s)
         try:
-            written = shoot(url, args.images)
+            written = shoot(studio.url, args.images)
         finally:
-            stop(process)
+            stop_studio(studio)
     for path in written:
         print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {path.stat().st_size} bytes")
     return 0

@@ -25,20 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 
-from tests.browser.conftest import CHROMIUM, start_studio, stop_studio
+from tests.studio_process import CHROMIUM, FOREGROUND_ARGS, start_studio, stop_studio
+from tests.studio_process import CHROMIUM_ARGS as BASE_CHROMIUM_ARGS
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    # Each visitor has a browser of their own: none of the pages is a background tab.
-    "--disable-background-timer-throttling",
-    "--disable-renderer-backgrounding",
-    "--disable-backgrounding-occluded-windows",
-]
+# Each visitor has a browser of their own: none of the pages is a background tab.
+CHROMIUM_ARGS = [*BASE_CHROMIUM_ARGS, *FOREGROUND_ARGS]
 OBSERVE = """() => {
   window.__updates = [];
   const table = document.querySelector('#requests');

@@ -39,8 +39,6 @@ import json
 import math
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,15 +46,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 from benchmarks.cpu import soak_report as report
 from benchmarks.cpu.soak_crowd import Caller, Ledger, Operator, Pacer, Submitted, Visitor
-from benchmarks.harness import ROOT
-from studio.backend.servers.supervisor import free_port
+from tests.studio_process import RunningStudio, start_studio, stop_studio
 
 VISITORS = {"alice": "pw1", "bob": "pw2", "carol": "pw3"}
 OPERATOR = ("dave", "pw4")
@@ -68,45 +64,10 @@ START_TIMEOUT_S = 180.0
 PLAN = (("sharing", 0.3), ("sharing back", 0.4), ("restart", 0.5))  # the operator's actions, as run fractions
 
 
-def start_studio(outputs: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """`python -m studio ui` with the four accounts, in its own process group; its URL once the page answers."""
-    port = free_port()
+def start_crowd_studio(outputs: Path, log: Path) -> RunningStudio:
+    """The studio with the four accounts, the operator among them."""
     accounts = [arg for user, pw in (*VISITORS.items(), OPERATOR) for arg in ("--auth", f"{user}:{pw}")]
-    command = [sys.executable, "-m", "studio", "ui", "--port", str(port), "--out", str(outputs), *accounts]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    with log.open("ab") as handle:
-        process = subprocess.Popen(
-            [*command, "--operator", OPERATOR[0]],
-            cwd=ROOT,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the studio exited with {process.returncode}: see {log}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return process, url
-        time.sleep(0.5)
-    stop_studio(process)
-    raise RuntimeError(f"the studio did not answer within {START_TIMEOUT_S:g} s: see {log}")
-
-
-def stop_studio(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
+    return start_studio(outputs, log, *accounts, "--operator", OPERATOR[0], timeout_s=START_TIMEOUT_S)
 
 
 def sample(studio: psutil.Process, at_s: float) -> dict[str, Any]:
@@ -234,23 +195,23 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     outputs, log = out / "outputs", out / "studio.log"
     database = outputs / "history.sqlite3"
-    process, url = start_studio(outputs, log)
+    studio = start_crowd_studio(outputs, log)
     try:
-        return crowd_on(process, url, outputs, log, database, args)
+        return crowd_on(studio, outputs, log, database, args)
     finally:
-        stop_studio(process)
+        stop_studio(studio)
 
 
 def crowd_on(
-    process: subprocess.Popen, url: str, outputs: Path, log: Path, database: Path, args: argparse.Namespace
+    studio: RunningStudio, outputs: Path, log: Path, database: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     ledger = Ledger(clock0=time.monotonic())
-    callers = {user: Caller(url, user, pw, ledger) for user, pw in (*VISITORS.items(), OPERATOR)}
+    callers = {user: Caller(studio.url, user, pw, ledger) for user, pw in (*VISITORS.items(), OPERATOR)}
     warm_up(callers[OPERATOR[0]], ledger)
     pacer = Pacer(think_s=args.think_s, target=TARGET_BUSY)
     ledger.clock0 = time.monotonic()
     clock0_unix = time.time()
-    watch = Watch(psutil.Process(process.pid), ledger, pacer, database)
+    watch = Watch(psutil.Process(studio.process.pid), ledger, pacer, database)
     watch.start()
     length_s = args.minutes * 60.0
     stop_at = ledger.clock0 + length_s
@@ -272,7 +233,7 @@ def crowd_on(
     watch.join()
     for caller in callers.values():
         caller.close()
-    stop_studio(process)
+    stop_studio(studio)
     rows = report.database_rows(database)
     minutes = max(1, math.floor(args.minutes + 1e-9))
     table = report.minutes_of(watch.samples, ledger.light, rows, clock0_unix, minutes)

@@ -27,7 +27,7 @@ from playwright.sync_api import sync_playwright
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, start_studio, stop_studio
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, start_studio, stop_studio
 
 OBSERVER = """
 () => {

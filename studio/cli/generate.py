@@ -150,6 +150,11 @@ def _checked_spec(args: argparse.Namespace, settings: StudioSettings) -> RunSpec
     return spec
 
 
+def generate_logs_dir(store: OutputStore) -> Path:
+    """Where `generate`'s engines write their logs: `<outputs>/logs/generate/`."""
+    return store.logs_dir / "generate"
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -167,8 +172,9 @@ def run(args: argparse.Namespace) -> int:
     # sized for many requests at once.
     settings = settings.model_copy(update={"poll_interval_s": min(settings.poll_interval_s, GENERATE_POLL_S)})
     store = OutputStore(Path(settings.outputs_dir))
-    # A managed fleet answers this process alone: with no key given, it gets a random one for this run.
-    fleet = FleetManager(settings, store.logs_dir)
+    # A managed fleet answers this process alone: with no key given, it gets a random one for this run. Its log
+    # goes to a folder of its own: a studio serving the same outputs folder keeps its engine's log to itself.
+    fleet = FleetManager(settings, generate_logs_dir(store))
     try:
         if fleet.managed:
             where = " on Ray" if settings.cluster == "ray" else ""

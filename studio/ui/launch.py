@@ -53,6 +53,7 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
     """What `launch()` needs beyond host and port: the page's accounts, the studio's own file route, and Gradio
     kept from the outputs folder, its uploads bounded and its traffic figures off."""
     from studio.ui.crowd_guards import crowd_guards
+    from studio.ui.operator_calls import OperatorCalls
     from studio.ui.upload_limit import UploadLedger, upload_caps, upload_limit
 
     # Bodies bounded before anything reads them (outermost); each page session its maker's, each visitor's calls
@@ -74,7 +75,7 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
         # Gradio's monitoring shows every visitor's calls and timings to anyone: off.
         "enable_monitoring": False,
         # Signing in and out from another site is refused; repeated failed sign-ins slow down, per account and
-        # address and per address.
+        # address and per address; the operator endpoints are an operator's alone, in the API listing too.
         "app_kwargs": {
             "middleware": [
                 crowd.bodies,
@@ -82,6 +83,7 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
                 upload_limit(uploads, access),
                 Middleware(SameOriginSignIn),
                 Middleware(SignInLimit),
+                Middleware(OperatorCalls, access=access),
                 *crowd.calls,
             ],
             "lifespan": uploads.sweeping,

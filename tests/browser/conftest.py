@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from studio.backend.servers.supervisor import free_port
-from tests.waiting import wait_for_page
+# Re-exported: the browser tests and the benchmarks import them from here.
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, STARTED, RunningStudio, start_studio, stop_studio
 
-CHROMIUM = os.environ.get("OMNI_STUDIO_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "STARTED", "RunningStudio", "start_studio", "stop_studio"]
 
 
 @pytest.fixture(scope="module")
@@ -45,40 +32,6 @@ def browser():
         chromium.close()
 
 
-@dataclass
-class RunningStudio:
-    url: str
-    outputs: Path
-    process: subprocess.Popen
-    log: Path
-
-
-def start_studio(
-    outputs: Path, log: Path, *extra: str, timeout_s: float = 120.0, env: dict[str, str] | None = None
-) -> RunningStudio:
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
-    handle = log.open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "studio", "ui", "--port", str(port), "--out", str(outputs), *extra],
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_page(url, process, log, timeout_s)
-    except RuntimeError:
-        process.kill()  # a studio that never answered is not left running
-        raise
-    studio = RunningStudio(url, outputs, process, log)
-    STARTED.append(studio)
-    return studio
-
-
-# Every studio started here, for the check after each browser test that its log holds no error.
-STARTED: list[RunningStudio] = []
 LOG_ERRORS = ("Traceback (most recent call last)", "Exception in ASGI application", "didn't return enough output")
 
 
@@ -104,22 +57,6 @@ def studio_log_stays_clean(request):
             added = handle.read().decode(errors="replace")
         errors = log_errors(added)
         assert not errors, f"{studio.log} gained errors: {errors[:5]}\n{added[-3000:]}"
-
-
-def stop_studio(studio: RunningStudio) -> None:
-    import contextlib
-    import signal
-
-    if studio.process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(studio.process.pid, signal.SIGTERM)
-    try:
-        studio.process.wait(30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(studio.process.pid, signal.SIGKILL)
-        studio.process.wait(10)
 
 
 @pytest.fixture(scope="module")
