@@ -50,6 +50,7 @@ SUMMARY_COLUMNS = {
     "nodes": "nodes",
     "done": "completed",
     "failed": "failed",
+    # With their 95% intervals (studio.backend.bench.spread): "1.29 (1.10–1.45)".
     "p50 s": "latency_p50_s",
     "p90 s": "latency_p90_s",
     "p99 s": "latency_p99_s",
@@ -60,6 +61,8 @@ SUMMARY_COLUMNS = {
     # A variant's videos against the baseline's twins (the same prompt and seed): what it costs in fidelity.
     "vs baseline: mean / max levels, PSNR": "vs_baseline",
     "goodput": "goodput",
+    # The machine's CPU taken by other work while the cell ran (% of all its cores; report.json has the rest).
+    "other CPU %": "other_cpu_percent",
     "pareto": "pareto",
 }
 
@@ -256,14 +259,24 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
     from rich.table import Table
 
     from studio.backend.bench.fleets import placement_line
+    from studio.backend.bench.spread import INTERVAL_COLUMNS, with_interval
 
     columns = {name: key for name, key in SUMMARY_COLUMNS.items() if any(key in row for row in report["cells"])}
     table = Table(title="omni-studio bench")
-    for name in columns:
-        table.add_column(name, justify="right")
+    for name, key in columns.items():
+        table.add_column(name, justify="right", no_wrap=key in INTERVAL_COLUMNS)  # a figure and its interval: one line
+
+    def shown(row: dict[str, Any], key: str) -> str:
+        if key in INTERVAL_COLUMNS:
+            return _cell(with_interval(row, key, 1 if key == "videos_per_min" else 2))
+        if key == "other_cpu_percent" and row.get(key) is not None:
+            return f"{row[key]:.0f}"
+        return _cell(row.get(key))
+
     for row in report["cells"]:
-        table.add_row(*(_cell(row.get(key)) for key in columns.values()))
-    out = Console(soft_wrap=True, width=None if Console().is_terminal else 200)
+        table.add_row(*(shown(row, key) for key in columns.values()))
+    # Not at a terminal (a file, a pipe): wide enough for every column with its intervals.
+    out = Console(soft_wrap=True, width=None if Console().is_terminal else 240)
     out.print(table)
     for note in report.get("notes", []):  # what the figures cannot say, e.g. a server that reports latency only
         out.print(f"note: {note}")

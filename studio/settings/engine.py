@@ -49,7 +49,10 @@ class EngineSettings(BaseSettings):
     )
     device: Device = Field(title="Device", default="auto", description="where the pipeline runs")
     threads: int | None = Field(
-        title="CPU threads per engine", default=None, ge=1, description="torch CPU threads of each engine"
+        title="CPU threads",
+        default=None,
+        ge=1,
+        description="torch CPU threads, in all: on a CPU, shared out over the replicas and their ranks (default: the cores)",
     )
     guardrails: bool = Field(title="Guardrails", default=True, description="the text guardrail, server-wide")
     blocklist: Path = Field(

@@ -42,6 +42,17 @@ def variants_example(settings: StudioSettings) -> str:
     return EMBEDDED_VARIANTS_EXAMPLE if kind.managed and not kind.reads_serve_levers else VARIANTS_EXAMPLE
 
 
+def variants_info(settings: StudioSettings) -> str:
+    """The variants' help under their box: the field's description, with a variant of the running engine's."""
+    lever = next(line for line in variants_example(settings).splitlines() if '""' not in line)
+    return f"{described('variants')}; e.g. {lever}"
+
+
+def variants_box(settings: StudioSettings) -> dict[str, str]:
+    """What the variants box says of the engine that runs now (the Server view may change it)."""
+    return {"placeholder": variants_example(settings), "info": variants_info(settings)}
+
+
 # Fewer than the CLI's default: someone at the page waits for the result.
 PAGE_REQUESTS = 8
 
@@ -108,8 +119,7 @@ def bench_form(controller: StudioController) -> dict[str, gr.Component]:
             value="",
             lines=3,
             label='Server variants (name = "extra serve args", a line each; empty: the settings as they are)',
-            placeholder=variants_example(settings),
-            info=described("variants"),
+            **variants_box(settings),
             elem_id="bench-variants",
         )
     form["prompts"] = gr.Textbox(
@@ -118,8 +128,10 @@ def bench_form(controller: StudioController) -> dict[str, gr.Component]:
     return form
 
 
-def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
-    """The operator's tab: a bench loads every server of the studio, so only an operator may run one."""
+def build_bench_tab(controller: StudioController, access: PageAccess, opened: Any = None) -> None:
+    """The operator's tab: a bench loads every server of the studio, so only an operator may run one. `opened`:
+    the page's load event, when the tab shows the last bench's results again and the variants box the running
+    engine's flags."""
     links = FileLinks(controller.store.root)
     gr.Markdown(INTRO)
     form = bench_form(controller)
@@ -156,20 +168,45 @@ def build_bench_tab(controller: StudioController, access: PageAccess) -> None:
     report = gr.HTML("", elem_id="bench-report")  # a link through the studio's file route
     build_plan_section(controller, access, links)
 
+    def shown(update: bench_view.BenchUpdate, request: gr.Request) -> dict[gr.Component, Any]:
+        values: dict[gr.Component, Any] = {
+            status: update.status,
+            summary: tables.decimals(update.summary),
+            recommendation: update.recommendation,
+            plots: [url for plot in update.plots if (url := links.url(plot, request))],
+            report: links.download(Path(update.report), request, "Download report.json") if update.report else "",
+        }
+        if update.fleets:
+            values[fleet] = gr.Dropdown(choices=list(update.fleets), value=update.recommended)
+        return values
+
     @run.click(inputs_kwargs=form, outputs=[status, summary, recommendation, plots, report, fleet], api_name="bench")
     async def on_bench(request: gr.Request, profile: gr.OAuthProfile | None, **values: Any):
         access.require_operator(request, profile, action="run a bench")
         async for update in bench_view.run_bench_view(controller, values):
-            shown = {
-                status: update.status,
-                summary: tables.decimals(update.summary),
-                recommendation: update.recommendation,
-                plots: [url for plot in update.plots if (url := links.url(plot, request))],
-                report: links.download(Path(update.report), request, "Download report.json") if update.report else "",
-            }
-            if update.fleets:
-                shown[fleet] = gr.Dropdown(choices=list(update.fleets), value=update.recommended)
-            yield shown
+            yield shown(update, request)
+
+    if opened is None:
+        return
+    variants = form["variants"]
+
+    # A dict of updates: Gradio leaves the outputs it does not name as they are (a list or tuple would have to hold
+    # one value per output).
+    @gr.on(
+        [opened],
+        outputs=[status, summary, recommendation, plots, report, fleet, variants],
+        show_progress="hidden",
+        api_visibility="private",
+    )
+    def on_open(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[gr.Component, Any]:
+        box = gr.Textbox(**variants_box(controller.settings))
+        visitor = access.visitor(request, profile)
+        last = bench_view.last_bench(controller) if visitor is not None and visitor.operator else None
+        if last is None:  # none yet, or not an operator's to see: the rest stays as it was built (skipped)
+            return {variants: box}
+        return {**shown(last, request), fleet: gr.Dropdown(choices=list(last.fleets), value=last.recommended)} | {
+            variants: box
+        }
 
     @apply.click(inputs_kwargs={"label": fleet}, outputs=[ask, question, applied], api_visibility="private")
     def on_ask(label: str | None, request: gr.Request, profile: gr.OAuthProfile | None):

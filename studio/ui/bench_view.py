@@ -4,8 +4,10 @@ end. Without layouts or variants the cells run on the studio's own endpoints (be
 fleet (layout x variant) in turn (bench_fleets), the studio's own servers stopped meanwhile (the fleets need
 their GPUs) and started again after; one of the fleets can then be applied to the studio. The fleets run where
 the studio's own do: on this machine, or on Ray with --cluster ray. The form is checked
-by the bench's own model (bench_config.py), as the CLI's flags are. After a bench, a capacity plan from its report
-(plan_view: what `omni-studio plan` makes). No gradio here: bench_tab.py lays it out.
+by the bench's own model (bench_config.py), as the CLI's flags are. Each cell's p50, p90 and videos/min are shown
+with their 95% intervals, and the machine's load while it ran. The last finished bench's view is kept, and shown
+again when the page opens (last_bench). After a bench, a capacity plan from its report (plan_view: what
+`omni-studio plan` makes). No gradio here: bench_tab.py lays it out.
 """
 
 from __future__ import annotations
@@ -59,18 +61,27 @@ SUMMARY_COLUMNS = {
     "nodes": "nodes",
     "completed": "completed",
     "failed": "failed",
-    "latency_p50_s": "p50 s",
-    "latency_p90_s": "p90 s",
+    "latency_p50_s": "p50 s (95% interval)",
+    "latency_p90_s": "p90 s (95% interval)",
     "latency_p99_s": "p99 s",
     "latency_max_s": "max s",
     "queue_wait_mean_s": "queue wait s (at least)",
     "inference_mean_s": "inference s (at most)",
-    "videos_per_min": "videos/min",
+    "videos_per_min": "videos/min (95% interval)",
     "videos_per_min_per_device": "videos/min per device",
     # A variant's videos against the baseline's twins (the same prompt and seed), beside its speed.
     "vs_baseline": "vs baseline: mean / max levels, PSNR",
     "goodput": "goodput",
+    # The machine's CPU while the cell ran (% of all its cores), and the part of it not the studio's nor its servers'.
+    "cpu_percent": "machine CPU %",
+    "other_cpu_percent": "other work CPU %",
     "pareto": "Pareto set",
+}
+# The figures shown with their interval: the report's columns of its ends (studio.backend.bench.spread).
+WITH_INTERVAL = {
+    "latency_p50_s": ("latency_p50_low_s", "latency_p50_high_s", 2),
+    "latency_p90_s": ("latency_p90_low_s", "latency_p90_high_s", 2),
+    "videos_per_min": ("videos_per_min_low", "videos_per_min_high", 1),
 }
 # Shown until a bench has run: the columns of a bench on the studio's own servers.
 FLEET_ONLY = ("layout", "variant", "nodes", "videos_per_min_per_device", "vs_baseline", "pareto")
@@ -102,13 +113,24 @@ def _text(value: str) -> str:
 _busy: set[int] = set()  # ids of controllers running a bench now
 _benched: dict[int, dict[str, dict[str, Any]]] = {}  # the fleets of each controller's last layout bench, by label
 _reports: dict[int, Path] = {}  # the report.json of each controller's last bench: what a plan reads
+_last: dict[int, BenchUpdate] = {}  # each controller's last finished bench, as the tab showed it
 
 
 NO_SLO = "no SLO set: goodput is the share within it"
 
 
+def with_interval(cell: dict[str, Any], key: str) -> Any:
+    """A cell's figure with its 95% interval, "1.29 (1.10–1.45)"; as it is where it has none."""
+    point = cell.get(key)
+    low_key, high_key, digits = WITH_INTERVAL[key]
+    low, high = cell.get(low_key), cell.get(high_key)
+    if point is None or low is None or high is None:
+        return point
+    return f"{point:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+
+
 def summary_table(report: dict[str, Any]) -> pd.DataFrame:
-    cells = report["cells"]
+    cells = [{**cell, **{key: with_interval(cell, key) for key in WITH_INTERVAL}} for cell in report["cells"]]
     keys = [key for key in SUMMARY_COLUMNS if key not in FLEET_ONLY or any(key in cell for cell in cells)]
     table = pd.DataFrame(cells, columns=keys).rename(columns=SUMMARY_COLUMNS)
     table["guardrails"] = table["guardrails"].map({True: "on", False: "off"})
@@ -148,7 +170,7 @@ async def run_bench_view(controller: StudioController, form: Mapping[str, Any]) 
 
 
 def _out(controller: StudioController) -> Path:
-    return Path(controller.store.root) / "bench" / time.strftime("%Y%m%d_%H%M%S")
+    return _bench_root(controller) / time.strftime("%Y%m%d_%H%M%S")
 
 
 async def _progress(task: asyncio.Task, cells: int, progress: dict[str, tuple[int, int]], stage: list[str]):
@@ -207,7 +229,15 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
 
     started = time.monotonic()
     task = asyncio.create_task(
-        bench_pool(controller.fleet.pool, controller.store, controller.settings, config, out, on_progress)
+        bench_pool(
+            controller.fleet.pool,
+            controller.store,
+            controller.settings,
+            config,
+            out,
+            on_progress,
+            manager=controller.fleet if controller.managed else None,
+        )
     )
     async for update in _progress(task, cells, progress, []):
         yield update
@@ -216,8 +246,7 @@ async def _studio_bench(controller: StudioController, config: BenchConfig) -> As
     except Exception as exc:  # shown in the page; nothing of the bench's finished requests is lost (history)
         yield BenchUpdate(f"**bench failed**: {_text(f'{type(exc).__name__}: {exc}')}")
         return
-    _reports[id(controller)] = out / "report.json"
-    yield _results(report, out, time.monotonic() - started, cells)
+    yield _finished(controller, _results(report, out, time.monotonic() - started, cells))
 
 
 def _release(controller: StudioController) -> None:
@@ -270,10 +299,41 @@ async def _fleet_bench(controller: StudioController, config: BenchConfig) -> Asy
         yield BenchUpdate(f"**bench failed**: {_text(f'{type(exc).__name__}: {exc}')}")
         return
     note = "; the studio's servers start again as they were"
-    update = _results(report, out, time.monotonic() - started, cells, note)
+    yield _finished(controller, _results(report, out, time.monotonic() - started, cells, note))
+
+
+def _finished(controller: StudioController, update: BenchUpdate) -> BenchUpdate:
+    """A bench's results, kept as this studio's last: what a plan reads, the fleets it may apply, and the view the
+    tab shows again when the page opens."""
+    assert update.report is not None
     _benched[id(controller)] = update.fleets
-    _reports[id(controller)] = out / "report.json"
-    yield update
+    _reports[id(controller)] = Path(update.report)
+    _last[id(controller)] = update
+    return update
+
+
+def _bench_root(controller: StudioController) -> Path:
+    return Path(controller.store.root) / "bench"
+
+
+def last_bench(controller: StudioController) -> BenchUpdate | None:
+    """The last finished bench of this studio, as its tab showed it at the end: kept since it finished, else (a
+    studio started again) read back from the newest report of the page's benches. None where there is none."""
+    kept = _last.get(id(controller))
+    if kept is not None:
+        return kept
+    root = _bench_root(controller)
+    reports = sorted(root.glob("*/report.json")) if root.is_dir() else []
+    for path in reversed(reports):  # the folders are named by their start: the newest last
+        try:
+            report = read_report(path)
+            environment = report.get("environment") or {}
+            took_s = float(environment.get("finished", 0)) - float(environment.get("started", 0))
+            cells = len(report.get("cells") or [])
+            return _finished(controller, _results(report, path.parent, max(0.0, took_s), cells))
+        except (PlanError, KeyError, TypeError, ValueError):
+            continue  # not a report this view can show: an older one may be
+    return None
 
 
 def benched_fleet(controller: StudioController, label: str | None) -> dict[str, Any] | None:
@@ -355,13 +415,36 @@ def _plan(report_path: Path, inputs: PlanInputs) -> tuple[CapacityPlan, Path, Pa
     return plan, path, plot
 
 
+def _refused_plan(report_path: Path) -> str | None:
+    """Why the plan cannot model the last bench, in the page's words (the plan's own reasons name the command
+    line's flags); None where it can try."""
+    try:
+        report = read_report(report_path)
+    except PlanError as exc:
+        return str(exc)
+    if "fleets" not in report:
+        return (
+            "the plan models fleets the studio starts; the last bench measured servers that run elsewhere (this "
+            "studio attaches to them)"
+        )
+    if (report.get("config") or {}).get("request_rate"):
+        return (
+            "the plan models closed-loop cells; this report's cells ran at a request rate: bench again with the "
+            "request rate at 0"
+        )
+    return None
+
+
 async def plan_view(controller: StudioController, form: Mapping[str, Any]) -> PlanUpdate:
     """A capacity plan from this studio's last bench: `form` has the rate (videos/min), the SLO (s), the share
     within it (%) and the GPUs (0: every fleet that fits this machine). plan.json and plan.png go beside the
     bench's report."""
-    report_path = _reports.get(id(controller))
+    report_path = _reports.get(id(controller))  # the page's load reads a studio's earlier one back (last_bench)
     if report_path is None:
-        return PlanUpdate("**no plan**: run a bench with layouts first: the plan models the fleets it measured")
+        return PlanUpdate(
+            "**no plan**: run a bench with layouts first (or one of the studio's servers as they are): the plan "
+            "models the fleets it measured"
+        )
     attainment = form.get("attainment")
     if attainment is not None and not 0 < attainment < 100:
         return PlanUpdate(f"**no plan**: Within SLO must be more than 0 and less than 100 (%), got {attainment:g}")
@@ -376,6 +459,9 @@ async def plan_view(controller: StudioController, form: Mapping[str, Any]) -> Pl
     except ValidationError as exc:
         reason = describe(exc, lambda name: PLAN_LABELS.get(name, name), lambda name: field_bounds(PlanInputs, name))
         return PlanUpdate(f"**no plan**: {_text(reason)}")
+    refused = _refused_plan(report_path)
+    if refused is not None:
+        return PlanUpdate(f"**no plan**: {_text(refused)}")
     try:  # seconds of simulation: off the page's event loop
         plan, path, plot = await asyncio.to_thread(_plan, report_path, inputs)
     except PlanError as exc:

@@ -201,7 +201,7 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
                     controller, access, show, opened=demo.load, reuse=Reuse(tabs, GENERATE_TAB, generate_tab.form)
                 )
             with gr.Tab("Bench", id="bench-tab", visible=not operators_only) as bench_tab:
-                build_bench_tab(controller, access)
+                build_bench_tab(controller, access, opened=demo.load)
             with gr.Tab("Server", id="server-tab", visible=not operators_only) as server_tab:
                 build_server_tab(controller, access)
         # For programs: structured runs (their ids, requests, states, videos), beside the page's own events.

@@ -49,12 +49,26 @@ def test_bench_writes_reports_and_recommends(tmp_path):
     for cell in report["cells"]:
         assert cell["completed"] == 3 and cell["failed"] == 0 and cell["goodput"] == 1.0
         assert cell["latency_p50_s"] <= cell["latency_p90_s"] <= cell["latency_max_s"]
+        # How sure each figure is (95% bootstrap intervals) and what the machine did meanwhile.
+        assert cell["latency_p50_low_s"] <= cell["latency_p50_s"] <= cell["latency_p50_high_s"]
+        assert cell["latency_p90_low_s"] <= cell["latency_p90_s"] <= cell["latency_p90_high_s"]
+        assert cell["videos_per_min_low"] <= cell["videos_per_min"] <= cell["videos_per_min_high"]
+        assert cell["load_samples"] >= 1 and 0 <= cell["other_cpu_percent"] <= cell["cpu_percent"] <= 100
         assert cell["request_throughput"] > 0 and cell["median_e2el_ms"] == pytest.approx(cell["latency_p50_s"] * 1000)
     assert len(report["requests"]) == 6  # warm-up requests are not in the figures
     with (out / "summary.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == 2
     for name in ("latency_vs_concurrency.png", "throughput_vs_concurrency.png", "request_timeline.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert report["config"]["spread"] == {
+        "confidence": 0.95,
+        "resamples": 2000,
+        "seed": 0,
+        "method": "bootstrap percentile",
+    }
+    first = report["cells"][0]
+    shown = f"{first['latency_p50_s']:.2f} ({first['latency_p50_low_s']:.2f}–{first['latency_p50_high_s']:.2f})"
+    assert shown in result.stdout  # the table's p50 with its interval
     lines = result.stdout.strip().splitlines()
     # One fleet (--replicas 1 of the embedded engine): the recommendation names it and its concurrency.
     assert lines[-2] == "recommendation:" and lines[-1].strip().startswith("256p: layout 1x1, variant base, at ")

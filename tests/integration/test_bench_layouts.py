@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from studio.backend.controller import StudioController
+from studio.backend.servers.local_fleet import thread_shares
 from studio.backend.servers.machine import cpu_cores
 from studio.ui import bench_view
 from studio.ui.engine_status import engine_summary
@@ -43,8 +44,9 @@ def test_two_layouts_are_measured_in_turn_compared_and_one_recommended(tmp_path)
     assert (one["label"], two["label"]) == ("1x1 base", "2x1 base")
     assert len(one["endpoints"]) == 1 and len(two["endpoints"]) == 2 and "error" not in one | two
     assert all(s > 0 for s in one["startup_s"] + two["startup_s"])
-    # Two replicas on one CPU share its cores, as the studio's own fleet would run them.
-    assert two["engine_threads"] == [max(1, cpu_cores() // 2)] * 2 and two["device_kind"] == "CPU core"
+    # Two replicas on one CPU share its cores, as the studio's own fleet would run them; one replica has them all.
+    assert one["engine_threads"] == [cpu_cores()] and one["devices"] == cpu_cores()
+    assert two["engine_threads"] == list(thread_shares(cpu_cores(), 2, 1)) and two["device_kind"] == "CPU core"
 
     cells = report["cells"]
     assert [(c["layout"], c["variant"], c["concurrency"], c["endpoints"]) for c in cells] == [

@@ -1,6 +1,7 @@
 """One cell of a bench (one tier, guardrails and concurrency setting, on one fleet or the endpoints given): what it
-measured, and its row in summary.csv and report.json (with vLLM-Omni's diffusion benchmark's names beside the
-studio's, so that figures compare)."""
+measured, how sure its figures are (spread.py) and the machine's load meanwhile (load.py), and its row in
+summary.csv and report.json (with vLLM-Omni's diffusion benchmark's names beside the studio's, so that figures
+compare)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from studio.backend.bench.load import CellLoad
+from studio.backend.bench.spread import CellSpread
 from studio.backend.runs.request_state import RequestState, RequestView
 from studio.backend.runs.stats import LatencySummary
 
@@ -26,6 +29,8 @@ class CellResult:
     server_metrics: list[dict[str, Any]]
     fleet: Fleet | None = None  # None: the endpoints the bench was given
     nodes: list[str] | None = None  # on Ray: the node each replica of the fleet ran on
+    spread: CellSpread | None = None  # the 95% intervals of its p50, p90 and videos/min
+    load: CellLoad | None = None  # the machine's load while its measured requests ran
 
     def fleet_columns(self) -> dict[str, Any]:
         """Which fleet the cell ran on, and its throughput per device (GPU, or CPU core on a CPU)."""
@@ -52,6 +57,7 @@ class CellResult:
         duration = s.duration_s or 0.0
         good = (s.goodput or 0.0) * s.count if s.goodput is not None else None
         fleet = self.fleet_columns()
+        spread = (self.spread or CellSpread()).columns()
         return {
             **{key: fleet[key] for key in ("layout", "variant") if key in fleet},
             "tier": self.tier,
@@ -63,6 +69,8 @@ class CellResult:
             "latency_mean_s": s.latency_mean_s,
             "latency_p50_s": s.latency_p50_s,
             "latency_p90_s": s.latency_p90_s,
+            **{key: spread[key] for key in ("latency_p50_low_s", "latency_p50_high_s")},
+            **{key: spread[key] for key in ("latency_p90_low_s", "latency_p90_high_s")},
             "latency_p95_s": s.latency_p95_s,
             "latency_p99_s": s.latency_p99_s,
             "latency_max_s": s.latency_max_s,
@@ -75,6 +83,7 @@ class CellResult:
             "server_latency_p90_s": s.server_latency_p90_s,
             "server_latency_p99_s": s.server_latency_p99_s,
             "videos_per_min": s.throughput_per_min,
+            **{key: spread[key] for key in ("videos_per_min_low", "videos_per_min_high")},
             "in_flight_s": s.in_flight_s,
             "goodput": s.goodput,
             "slo_s": s.slo_s,
@@ -89,6 +98,7 @@ class CellResult:
             "std_e2el_ms": float(_std(e2el)) * 1000 if e2el else None,
             "server_running_max": max((m.get("running") or 0 for m in self.server_metrics), default=None),
             "server_waiting_max": max((m.get("waiting") or 0 for m in self.server_metrics), default=None),
+            **(self.load.columns() if self.load is not None else {}),
         }
 
 

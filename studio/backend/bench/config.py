@@ -110,8 +110,8 @@ class BenchConfig(BaseModel):
     )
     variants: dict[str, str] = Field(
         default_factory=dict,
-        description='named server variants, name = "extra serve args" (TOML or JSON), e.g. teacache = '
-        '"--cache-backend tea_cache"; every layout runs each (default: the settings as they are)',
+        description='named server variants, name = "extra serve args" (TOML or JSON) in the engine\'s own flags; '
+        "every layout runs each (default: the settings as they are)",
     )
 
     @field_validator("concurrencies", mode="before")

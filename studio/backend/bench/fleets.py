@@ -14,8 +14,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from studio.backend.bench.config import BenchConfig
-from studio.backend.bench.variants import Variant, check_variants, serve_args, variants_of
-from studio.backend.engine_kinds import with_engine_key
+from studio.backend.bench.variants import BASE, Variant, check_variants, serve_args, variants_of
+from studio.backend.engine_kinds import engine_kind, with_engine_key
 from studio.backend.servers import ray_cluster
 from studio.backend.servers.fleet_manager import FleetManager
 from studio.backend.servers.layouts import Layout, LayoutError, layout_settings, plan_layout, settings_layout
@@ -120,6 +120,24 @@ def plan_bench(settings: StudioSettings, config: BenchConfig, found: list[str] |
             replicas = plan_layout(varied, layout, found)
             fleets.append(Fleet(layout, variant, layout_settings(varied, layout), replicas))
     return fleets
+
+
+def running_fleet(settings: StudioSettings, replicas: int) -> Fleet | None:
+    """The studio's own fleet as it serves now (`replicas` of the settings' width, as they are), as the bench's
+    fleet of the base variant: what a bench on its endpoints measured, for a plan to model. None for servers the
+    studio does not start, or a layout that cannot be told (GPUs that no longer hold it)."""
+    if not engine_kind(settings).managed:
+        return None
+    try:
+        layout = Layout(replicas, settings_layout(settings).width)
+        fleet_settings = layout_settings(settings, layout)
+        if settings.cluster == "ray":  # as _plan_on_ray has it: Ray picked the GPUs
+            one = fleet_settings.model_copy(update={"replicas": 1, "gpus": None, "server_port": None})
+            plans = [ReplicaPlan(index, None, one) for index in range(replicas)]
+            return Fleet(layout, Variant(BASE, ""), fleet_settings, plans, replica_resources(fleet_settings))
+        return Fleet(layout, Variant(BASE, ""), fleet_settings, plan_layout(settings, layout))
+    except LayoutError:
+        return None
 
 
 def start_fleet(fleet: Fleet, logs_dir: Path) -> FleetManager:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from studio.backend.bench.doubt import doubt
+
 Row = dict[str, Any]
 
 
@@ -55,6 +57,7 @@ class Recommendation:
     row: Row | None  # the chosen cell; None where no cell completed a request
     within_slo: bool  # its p90 is within the SLO (always, where no SLO was given)
     why: str
+    uncertain: str | None = None  # why it may not beat the runner-up (doubt.py); None: clearly ahead
 
     def line(self) -> str:
         if self.row is None:
@@ -65,6 +68,7 @@ class Recommendation:
         return (
             f"{self.group}: layout {r['layout']}, variant {r['variant']}, at concurrency {r['concurrency']}: "
             f"{r['videos_per_min'] or 0:.2f} videos/min{per_text}, p90 {r['latency_p90_s']:.2f} s. {self.why}"
+            + (f" uncertain: {self.uncertain}." if self.uncertain else "")
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -73,17 +77,25 @@ class Recommendation:
         if self.row:
             chosen["videos_per_min_per_device"] = self.row.get("videos_per_min_per_device")
             chosen["latency_p90_s"] = self.row.get("latency_p90_s")
-        return {"tier": self.group, **chosen, "within_slo": self.within_slo, "why": self.why}
+        doubted = {"uncertain": self.uncertain} if self.uncertain else {}  # a clear winner's record is as it was
+        return {"tier": self.group, **chosen, "within_slo": self.within_slo, "why": self.why, **doubted}
 
 
-def _runner_up(rows: Sequence[Row], chosen: Row, key: str, reverse: bool) -> str:
+def _runner_up(rows: Sequence[Row], chosen: Row, key: str, reverse: bool) -> Row | None:
     others = sorted((r for r in rows if r is not chosen), key=lambda r: r[key] or 0.0, reverse=reverse)
-    if not others:
+    return others[0] if others else None
+
+
+def _next(other: Row | None) -> str:
+    if other is None:
         return ""
-    other = others[0]
     return (
         f" Next: {cell_name(other)}, {other['videos_per_min'] or 0:.2f} videos/min, p90 {other['latency_p90_s']:.2f} s."
     )
+
+
+def _doubt(best: Row, other: Row | None, key: str) -> str | None:
+    return None if other is None else doubt(best, other, key, (cell_name(best), cell_name(other)))
 
 
 def recommend_group(group: str, rows: Sequence[Row], slo_s: float | None) -> Recommendation:
@@ -97,13 +109,15 @@ def recommend_group(group: str, rows: Sequence[Row], slo_s: float | None) -> Rec
         best = max(within, key=lambda r: (r["videos_per_min"] or 0.0, -r["latency_p90_s"]))
         slo = f"p90 within the {slo_s:g} s SLO" if slo_s is not None else "no SLO given, so every cell"
         why = f"The most videos/min of the {len(within)} of {len(measured)} cells with {slo}."
-        return Recommendation(group, best, True, why + _runner_up(within, best, "videos_per_min", reverse=True))
+        other = _runner_up(within, best, "videos_per_min", reverse=True)
+        return Recommendation(group, best, True, why + _next(other), _doubt(best, other, "videos_per_min"))
     best = min(measured, key=lambda r: (r["latency_p90_s"], -(r["videos_per_min"] or 0.0)))
     why = (
         f"No cell keeps p90 within the {slo_s:g} s SLO with every request done: this is the lowest p90 of "
         f"{len(measured)} cells; add GPUs, a lower tier or a faster variant to meet it."
     )
-    return Recommendation(group, best, False, why + _runner_up(measured, best, "latency_p90_s", reverse=False))
+    other = _runner_up(measured, best, "latency_p90_s", reverse=False)
+    return Recommendation(group, best, False, why + _next(other), _doubt(best, other, "latency_p90_s"))
 
 
 def recommend(rows: Sequence[Row], slo_s: float | None) -> list[Recommendation]:

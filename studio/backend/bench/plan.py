@@ -246,6 +246,44 @@ def _choice(forecasts: Sequence[Forecast], inputs: PlanInputs, scope: str, best_
     return Choice(label=best.label, layout=best.layout, variant=best.variant, devices=best.devices, why=why)
 
 
+def _answer(
+    choice: Choice, best_need: Need | None, models: Sequence[FleetModel], forecasts: Sequence[Forecast]
+) -> Need | None:
+    """The one figure the plan's text says: the fewest devices that keep the attainment at the rate. Where a
+    measured fleet reaches it with no more devices than any count of replicas would, that is the chosen fleet as
+    measured, and the rate's need is said as it; else the need stands (fewer replicas than any fleet measured, or
+    none measured reaches it), and plan_lines recommends it."""
+    if not choice.reaches or choice.label is None:
+        return best_need
+    if best_need is not None and best_need.devices is not None and best_need.devices < (choice.devices or 0):
+        return best_need
+    model = next(m for m in models if m.label == choice.label)
+    forecast = next(f for f in forecasts if f.label == choice.label)
+    return Need(
+        width=model.width,
+        variant=model.variant,
+        from_label=model.label,
+        measured_replicas=model.replicas,
+        replicas=model.replicas,
+        devices=forecast.devices,
+        device_kind=forecast.device_kind,
+        attainment=forecast.attainment,
+        p90_s=forecast.p90_s,
+    )
+
+
+def fewer_than_measured(plan: CapacityPlan) -> bool:
+    """The rate needs fewer devices than the fleet chosen of those measured: the plan recommends that count."""
+    need, choice = plan.best_need, plan.choice
+    return (
+        choice.reaches
+        and need is not None
+        and need.devices is not None
+        and choice.devices is not None
+        and need.devices < choice.devices
+    )
+
+
 def need_line(need: Need) -> str:
     if need.replicas is None:
         return f"width {need.width} ({need.variant}): {need.why}"
@@ -280,7 +318,7 @@ def _assumptions(plan_bench: Mapping[str, Any], tier: str, slots: str, sim_reque
         if value is not None
     )
     return [
-        "Arrivals are Poisson at the rate asked (as the bench's open loop sends them: --request-rate).",
+        "Arrivals are Poisson at the rate asked (as the bench's open loop sends them, at a request rate).",
         f"One tier at a time: every request is a {tier} {plan_bench.get('aspect', '')} video as the bench made them"
         + (f" ({shape})." if shape else " (the engine's default frames and steps)."),
         "Service times are as the bench measured them on its machine, with their spread; other work on that "
@@ -289,8 +327,8 @@ def _assumptions(plan_bench: Mapping[str, Any], tier: str, slots: str, sim_reque
         "as the bench's closed-loop cells showed, held flat beyond the highest concurrency measured; the server's "
         "handover between two jobs and the studio's own time per request (sending, download, the mp4's check) are "
         "as measured. Where the embedded engine batches, a request waits for partners of its shape as the "
-        "engine's --batch-wait-ms says (a tenth of it when the engine is idle), so requests sent together share "
-        "a batch.",
+        "engine's batch wait (batch_wait_ms) says (a tenth of it when the engine is idle), so requests sent "
+        "together share a batch.",
         f"The studio sends at most {slots} at once; the rest wait in it, and the router gives each request "
         "to the replica with the fewest outstanding.",
         "More replicas than measured serve as the measured ones did, at the same load per replica (extrapolated).",
@@ -353,6 +391,7 @@ def make_plan(report: Mapping[str, Any], inputs: PlanInputs, source: str | None 
         min(met, key=lambda n: (n.devices, n.extrapolated, n.replicas)) if met else (needs[0] if needs else None)
     )
     choice = _choice(forecasts, inputs, scope, best_need)
+    best_need = _answer(choice, best_need, models, forecasts)
     top = 1.25 * max([rate, *(f.max_rate_per_min / 60.0 for f in forecasts)])
     curves = [_curve(model, fleets[model.label], top, inputs) for model in models]
     bench = {
@@ -384,10 +423,13 @@ def make_plan(report: Mapping[str, Any], inputs: PlanInputs, source: str | None 
 def plan_lines(plan: CapacityPlan) -> list[str]:
     """The plan in a few lines: the recommendation, each fleet's capacity, the GPUs the rate needs."""
     inputs = plan.inputs
-    lines = [
-        f"{plan.tier}: {inputs.rate_per_min:g} videos/min, {_pct(inputs.attainment)} within {inputs.slo_s:g} s",
-        f"recommended: {plan.choice.why}" if plan.choice.label else plan.choice.why,
-    ]
+    head = f"{plan.tier}: {inputs.rate_per_min:g} videos/min, {_pct(inputs.attainment)} within {inputs.slo_s:g} s"
+    if fewer_than_measured(plan):
+        assert plan.best_need is not None
+        chosen = f"of the fleets measured: {plan.choice.why}"
+        lines = [head, f"recommended: {need_line(plan.best_need)}; fewer than {chosen}"]
+    else:
+        lines = [head, f"recommended: {plan.choice.why}" if plan.choice.label else plan.choice.why]
     for f in plan.forecasts:
         lines.append(
             f"{f.label} sustains up to {f.max_rate_per_min:.1f} videos/min within the SLO at {_pct(inputs.attainment)}"

@@ -164,7 +164,7 @@ def report_workload(report: Mapping[str, Any], tier: str | None) -> tuple[str, b
     if tier is None:
         tier = tiers[0]
         if len(tiers) > 1:
-            notes.append(f"tier {tier} of {', '.join(tiers)} (--tier picks another)")
+            notes.append(f"tier {tier} of {', '.join(tiers)}, one tier at a time")
     elif tier not in tiers:
         raise PlanError(f"the report has no cells at tier {tier} (it has {', '.join(tiers)})")
     settings = list(dict.fromkeys(bool(c.get("guardrails", True)) for c in cells if c["tier"] == tier))

@@ -5,7 +5,9 @@ then its measured requests: closed loop (at most `concurrency` in flight) or ope
 `request_rate`). The cells run on the endpoints given (bench_pool: the page's servers, --url servers) or on
 each fleet (layout x variant, bench_fleets.py) in turn: start it, warm every replica, measure, stop it.
 Results: report.json, requests.csv, summary.csv and PNG plots in the output folder, and a recommendation per
-tier (for fleets: the Pareto set and the fleet to run, pareto.py). Where fleets run several variants, each
+tier (for fleets: the Pareto set and the fleet to run, pareto.py). Each cell has the 95% intervals of its p50, p90
+and videos/min (spread.py) and the machine's load while it ran (load.py); a recommendation whose winner is not
+clearly ahead of its runner-up says so (doubt.py). Where fleets run several variants, each
 variant's videos are compared with the baseline's twins (`fidelity`, and a column per cell: variant_fidelity.py).
 The form is studio/backend/bench/config.py.
 Asked for it, the report of a fleet bench also carries a capacity plan from its cells (`plan`: plan.py), or a plan
@@ -30,6 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from studio.backend.bench import plots
 from studio.backend.bench.cells import CellResult
 from studio.backend.bench.config import BenchConfig
+from studio.backend.bench.doubt import doubt
 from studio.backend.bench.fleets import (
     Fleet,
     bench_cluster,
@@ -38,13 +41,16 @@ from studio.backend.bench.fleets import (
     placement,
     placement_line,
     plan_bench,
+    running_fleet,
     start_fleet,
 )
+from studio.backend.bench.load import LoadSampler
 from studio.backend.bench.pareto import Recommendation, cell_name, fronts, recommend
 from studio.backend.bench.pareto_plot import pareto_figure
 from studio.backend.bench.plan import CapacityPlan, PlanError, check_plan, make_plan
 from studio.backend.bench.plan_inputs import PlanInputs
 from studio.backend.bench.plan_plot import write_plan
+from studio.backend.bench.spread import cell_spread, spread_record
 from studio.backend.bench.variant_fidelity import baseline_of, compare_variants
 from studio.backend.clients.router import EndpointPool
 from studio.backend.engine_kinds import engine_kind
@@ -166,19 +172,39 @@ async def run_cell(
             await asyncio.sleep(1.0)
 
     sampler = asyncio.create_task(sample_metrics())
+    load = LoadSampler().start()
     try:
         async for view in run.updates():
             if view.state.finished:
                 on_done()
     finally:
         sampler.cancel()
+        machine = await asyncio.to_thread(load.stop)
     closed_loop = not config.request_rate
-    summary = summarize([arrived(v, closed_loop) for v in run.views], slo_s=config.slo_s, by_tier=False)
-    return CellResult(tier, guardrails, concurrency, len(pool.endpoints), summary, run.views, samples, fleet)
+    requests = [arrived(v, closed_loop) for v in run.views]
+    summary = summarize(requests, slo_s=config.slo_s, by_tier=False)
+    cell = CellResult(tier, guardrails, concurrency, len(pool.endpoints), summary, run.views, samples, fleet)
+    cell.spread, cell.load = cell_spread(requests), machine
+    return cell
+
+
+def _uncertain(chosen: CellResult, others: list[CellResult], figure: str, lower: bool) -> str:
+    """ "; uncertain: why" where the chosen cell is not clearly ahead of the next one by `figure`, else ""."""
+    ranked = sorted(
+        (c for c in others if c is not chosen and c.row().get(figure) is not None),
+        key=lambda c: c.row()[figure] if lower else -c.row()[figure],
+    )
+    if not ranked:
+        return ""
+    nearest = ranked[0]
+    names = (f"concurrency {chosen.concurrency}", f"concurrency {nearest.concurrency}")
+    reason = doubt(chosen.row(), nearest.row(), figure, names)
+    return f"; uncertain: {reason}" if reason else ""
 
 
 def recommendation(cells: list[CellResult], slo_s: float | None) -> list[str]:
-    """For the endpoints the bench was given: the concurrency of lowest latency, and of most videos within the SLO."""
+    """For the endpoints the bench was given: the concurrency of lowest latency, and of most videos within the SLO;
+    each says where it is uncertain (doubt.py)."""
     lines = []
     for tier in sorted({c.tier for c in cells}):
         mine = [c for c in cells if c.tier == tier and c.summary.completed]
@@ -189,7 +215,7 @@ def recommendation(cells: list[CellResult], slo_s: float | None) -> list[str]:
         within = [c for c in mine if slo_s is None or (c.summary.latency_p90_s or float("inf")) <= slo_s]
         line = (
             f"{tier}: lowest latency at concurrency {fastest.concurrency} x {fastest.endpoints} endpoint(s) "
-            f"(p50 {fastest.summary.latency_p50_s:.2f} s)"
+            f"(p50 {fastest.summary.latency_p50_s:.2f} s{_uncertain(fastest, mine, 'latency_p50_s', lower=True)})"
         )
         if within:
             best = max(within, key=lambda c: c.summary.throughput_per_min or 0)
@@ -197,7 +223,7 @@ def recommendation(cells: list[CellResult], slo_s: float | None) -> list[str]:
             line += (
                 f"; highest throughput with {slo} at concurrency {best.concurrency} x {best.endpoints} "
                 f"endpoint(s): {best.summary.throughput_per_min or 0:.2f} videos/min "
-                f"(p90 {best.summary.latency_p90_s:.2f} s)"
+                f"(p90 {best.summary.latency_p90_s:.2f} s{_uncertain(best, within, 'videos_per_min', lower=False)})"
             )
         else:
             line += f"; no setting keeps p90 within {slo_s:g} s: add replicas or lower the tier"
@@ -324,21 +350,27 @@ async def bench_pool(
     config: BenchConfig,
     out: Path,
     on_progress: ProgressCallback,
+    manager: FleetManager | None = None,
 ) -> dict[str, Any]:
     """Every cell of the grid on the endpoints of `pool`, then report.json, the CSVs and the plots in `out`.
-    The page's Bench view runs this on the studio's endpoints; `omni-studio bench --url` on the servers given."""
+    The page's Bench view runs this on the studio's endpoints; `omni-studio bench --url` on the servers given.
+    `manager`: the studio's own fleet that serves `pool`, where the studio started it: the report then names its
+    layout (a fleet of the base variant, as a layout bench would), so that a plan can model it."""
     out.mkdir(parents=True, exist_ok=True)
     # The model the servers serve, as they name it (a remote server's is not the settings' default).
     served = await asyncio.to_thread(pool.served_models)
     await wait_until_warm([endpoint.url for endpoint in pool.endpoints], settings.init_timeout_s)
+    fleet = running_fleet(settings, len(pool.endpoints)) if manager is not None else None
     started = time.time()
-    cells = await _run_cells(pool, store, settings, config, on_progress)
-    report = {
+    cells = await _run_cells(pool, store, settings, config, on_progress, fleet)
+    report: dict[str, Any] = {
         "config": {
             **config.model_dump(mode="json"),
             "engine": settings.engine,
             "model": ", ".join(served) or settings.model,
             "endpoints": [ep.url for ep in pool.endpoints],
+            "in_flight_slots": settings.in_flight_slots,
+            "spread": spread_record(),
         },
         "environment": _environment(started),
         # Where a figure is missing on purpose, the report says why.
@@ -347,6 +379,15 @@ async def bench_pool(
         "requests": request_rows(cells),
         "recommendation": recommendation(cells, config.slo_s),
     }
+    if fleet is not None and manager is not None:
+        servers = manager.servers
+        record = {
+            **fleet.describe(),
+            "endpoints": [ep.url for ep in pool.endpoints],
+            "commands": [server.status().command for server in servers],
+            "model": report["config"]["model"],
+        }
+        report["fleets"] = [record]
     _write_report(out, report, cells)
     return report
 
@@ -466,6 +507,7 @@ async def bench_fleets(
             "engine": settings.engine,
             "model": next((r["model"] for r in records if r.get("model")), settings.model),
             "in_flight_slots": settings.in_flight_slots,  # the studio's (None: 8 per server), for a plan
+            "spread": spread_record(),
         },
         "environment": _environment(started),
         "cluster": cluster,

@@ -64,20 +64,30 @@ def plan_fleet(settings: StudioSettings, found: list[str] | None = None, cores: 
         groups: list[list[str] | None] = [pool[i * width : (i + 1) * width] for i in range(count)]
     else:
         groups = [None] * count
-    threads = settings.engine_threads
-    if _shape(settings).threads_on_cpu and threads is None and count * width > 1 and groups[0] is None:
+    threads: list[int | None] = [settings.engine_threads] * count
+    if _shape(settings).threads_on_cpu and groups[0] is None:
         # Replicas on one CPU share its cores, and so do the ranks of a replica as wide as several devices: each
-        # rank gets its part, or they steal each other's.
-        threads = max(1, (cores or cpu_cores()) // (count * width))
+        # rank gets its part of one budget (the threads set, else the cores), or they steal each other's. Every
+        # layout then holds the same threads in all, one replica as many as two: a bench compares layouts, not
+        # thread counts.
+        threads = list(thread_shares(settings.engine_threads or cores or cpu_cores(), count, width))
     replicas = []
     for index, group in enumerate(groups):
-        update: dict[str, object] = {"replicas": 1, "engine_threads": threads}
+        update: dict[str, object] = {"replicas": 1, "engine_threads": threads[index]}
         if group is not None:
             update["gpus"] = ",".join(group)
         if settings.server_port is not None:
             update["server_port"] = settings.server_port + index
         replicas.append(ReplicaPlan(index, group, settings.model_copy(update=update)))
     return replicas
+
+
+def thread_shares(budget: int, replicas: int, width: int) -> tuple[int, ...]:
+    """Torch threads for each rank of each of `replicas` replicas `width` wide, out of `budget` threads: as even as
+    whole threads allow, what is left over to the first replicas, at least one a rank (more replicas than the
+    budget then hold more threads than it)."""
+    share, left = divmod(max(1, budget), replicas)
+    return tuple(max(1, (share + (index < left)) // width) for index in range(replicas))
 
 
 def _degrees(settings: StudioSettings) -> str:
@@ -97,9 +107,12 @@ def layout_label(settings: StudioSettings, replicas: list[ReplicaPlan]) -> str:
     shape = _shape(settings).label(settings) or settings.engine
     gpus = [gpu for replica in replicas for gpu in (replica.gpus or [])]
     where = f"on GPUs {_span(gpus)}" if gpus else "on the CPU"
-    threads = replicas[0].settings.engine_threads if replicas else None
-    if not gpus and _shape(settings).threads_on_cpu and threads:
-        where += f", {threads} thread{'s' * (threads != 1)} each"
+    threads = [replica.settings.engine_threads for replica in replicas]
+    if not gpus and _shape(settings).threads_on_cpu and all(threads):
+        if len(set(threads)) == 1:
+            where += f", {threads[0]} thread{'s' * (threads[0] != 1)} each"
+        else:
+            where += f", {'+'.join(map(str, threads))} threads"
     return f"{len(replicas)} x {shape} {where}"
 
 
