@@ -20,9 +20,13 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/omni-studio ui
 
+# Two workers, a test file each at a time (a file's studio or engine is started once): the suite's tests spend most
+# of their time waiting on the servers they start, so two of them share two cores well.
+TEST_WORKERS ?= 2
+
 test: install
 	$(BIN)/ruff check studio tests scripts benchmarks
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile
 
 # The real vLLM-Omni server on this machine: its own venv (reused while its requirements are unchanged),
 # then the studio's tests against it.
@@ -36,7 +40,7 @@ test-unit: install
 	$(BIN)/python -m pytest -ra -m unit
 
 test-fast: install
-	$(BIN)/python -m pytest -ra -m "not browser"
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m "not browser"
 
 lint: install
 	$(BIN)/ruff check studio tests scripts benchmarks

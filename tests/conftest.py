@@ -28,6 +28,10 @@ def pytest_collection_modifyitems(config, items):
             continue
         if folder in KINDS:
             item.add_marker(getattr(pytest.mark, folder))
+    # The files holding a test of minutes go first: on several workers (make test), each is then begun while the
+    # others' short files fill the rest, instead of one worker running it alone at the end.
+    long_files = {item.fspath for item in items if item.get_closest_marker("long")}
+    items.sort(key=lambda item: item.fspath not in long_files)
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -44,6 +44,7 @@ def bench_on_ray(
     return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr), descendants
 
 
+@pytest.mark.long
 def test_two_layouts_on_a_local_ray_are_measured_and_nothing_is_left(tmp_path):
     out = tmp_path / "report"
     result, descendants = bench_on_ray(

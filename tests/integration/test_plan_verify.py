@@ -80,6 +80,7 @@ def bench_plan_and_verify(folder: Path) -> list[tuple[str, dict]]:
 
 
 # The suite's timeout fits one attempt: a second one, after a drifted first, needs its own.
+@pytest.mark.long
 @pytest.mark.timeout(ATTEMPTS * ATTEMPT_TIMEOUT_S)
 def test_a_plan_at_two_rates_agrees_with_runs_of_the_fleets_it_recommends(tmp_path: Path):
     attempts = []

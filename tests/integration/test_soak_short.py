@@ -17,6 +17,7 @@ MINUTES = 5
 TIMEOUT_S = MINUTES * 60 + 600
 
 
+@pytest.mark.long
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("minutes", [MINUTES])
 def test_a_short_soak_accounts_for_every_request(tmp_path, minutes):

@@ -90,6 +90,7 @@ def stop(process: subprocess.Popen) -> None:
     assert not alive, f"the app left {len(alive)} process(es) running: {[p.pid for p in alive]}"
 
 
+@pytest.mark.long
 @pytest.mark.timeout(2 * INSTALL_TIMEOUT_S + START_TIMEOUT_S + VIDEO_TIMEOUT_S + 120)
 def test_a_space_built_from_requirements_serves_and_keeps_history_in_its_storage(tmp_path):
     venv, app, data = tmp_path / "venv", tmp_path / "app", tmp_path / "data"
