@@ -52,6 +52,9 @@ MAX_SEQUENCE_LENGTH = 512  # text tokens a prompt is encoded to (Wan's and Cosmo
 SIZE_PATTERN = re.compile(r"^\d+x\d+$")
 SECONDS_PATTERN = re.compile(r"^[1-9]\d*$")
 GUARDRAIL_MARKERS = ("blocked by", "guardrail")
+# The `quality` values vLLM-Omni takes (its DIFFUSION_QUALITY_LEVELS), and what its record says where none was sent.
+QUALITY_LEVELS = ("lossless", "high")
+DEFAULT_QUALITY = "default"
 
 # Error types of the contract's own checks. Their messages are whole sentences; a form field whose JSON cannot be
 # read names no `param`, as vLLM-Omni rejects it before its model sees the form.
@@ -126,6 +129,17 @@ class VideoRequest(BaseModel):
     seed: Seed | None = Field(default=None, description="Random seed; the server draws one when not sent.")
     generate_sound: FormBool | None = Field(default=None, description="Make a sound track, for models that can.")
     sound_duration: float | None = Field(default=None, gt=0, description="Seconds of sound to make.")
+    quality: str | None = Field(
+        default=None,
+        description=f"Quality intent, one of {', '.join(QUALITY_LEVELS)}; what it changes is the model's business.",
+    )
+    lora: dict[str, Any] | None = Field(
+        default=None,
+        description="A LoRA adapter for this request, as one JSON object in a single form field (name and path).",
+    )
+    return_stage_metrics: FormBool | None = Field(
+        default=None, description="True: the finished job's record carries the server's stage metrics."
+    )
     extra_params: dict[str, Any] = Field(
         default_factory=dict,
         description="Model-specific keys (Cosmos 3: guardrails, use_resolution_template, ...), sent as one JSON "
@@ -170,24 +184,32 @@ class VideoRequest(BaseModel):
                 raise _form_error(f"seconds x fps gives {frames} frames; at most {MAX_REQUEST_FRAMES}")
         return seconds
 
-    @field_validator("extra_params", mode="before")
+    @field_validator("quality")
     @classmethod
-    def _extra_params_from_json(cls, value: object) -> object:
+    def _quality_is_a_level(cls, quality: str | None) -> str | None:
+        if quality is not None and quality not in QUALITY_LEVELS:
+            raise _form_error(f"quality must be one of {list(QUALITY_LEVELS)}, got {_shown(quality)}")
+        return quality
+
+    @field_validator("extra_params", "lora", mode="before")
+    @classmethod
+    def _object_from_json(cls, value: object, info: ValidationInfo) -> object:
         if not isinstance(value, str):
             return value
+        name = info.field_name
         try:
             value = json.loads(value)
         except ValueError as exc:
             raise PydanticCustomError(
                 JSON_FORM_FIELD_ERROR,
-                "Invalid JSON in form field: extra_params is not valid JSON ({reason}).",
-                {"reason": str(exc)},
+                "Invalid JSON in form field: {name} is not valid JSON ({reason}).",
+                {"name": name, "reason": str(exc)},
             ) from exc
         if not isinstance(value, dict):
             raise PydanticCustomError(
                 JSON_FORM_FIELD_ERROR,
-                "Invalid JSON in form field: expected dict, got {kind}. extra_params must be a JSON object.",
-                {"kind": type(value).__name__},
+                "Invalid JSON in form field: expected dict, got {kind}. {name} must be a JSON object.",
+                {"name": name, "kind": type(value).__name__},
             )
         return value
 
@@ -218,6 +240,14 @@ class VideoRequest(BaseModel):
         if self.num_frames is not None:
             return self.num_frames
         return int(self.seconds or DEFAULT_SECONDS) * self.output_fps
+
+    @property
+    def sent_frames(self) -> int | None:
+        """The frames the request itself names (num_frames, or seconds x fps); None where it sent neither, as
+        vLLM-Omni's record then leaves num_frames null."""
+        if self.num_frames is None and self.seconds is None:
+            return None
+        return self.requested_frames
 
     @property
     def has_reference(self) -> bool:
@@ -366,8 +396,12 @@ class JobRecord(BaseModel):
     status: JobStatus
     size: str | None = Field(default=None, description="The size field as sent (vLLM-Omni shows nothing else).")
     progress: int | float = Field(default=0, description="0 to 100.")
-    seconds: str | None = Field(default=None, description=f'As sent; "{DEFAULT_SECONDS}" when not sent.')
-    quality: str | None = None
+    seconds: str | None = Field(
+        default=None,
+        description=f'As sent. Where none was sent, vLLM-Omni answers "{DEFAULT_SECONDS}"; the embedded engine null '
+        "until the video is made, then its length in whole seconds.",
+    )
+    quality: str | None = Field(default=None, description=f'As sent; "{DEFAULT_QUALITY}" when not sent.')
     completed_at: int | float | None = None
     created_at: int | float | None = None
     remixed_from_video_id: str | None = None
@@ -377,9 +411,15 @@ class JobRecord(BaseModel):
     file_name: str | None = None
     inference_time_s: float | None = None
     fps: float | None = None
-    num_frames: int | None = Field(default=None, description="As requested; once completed, as in the video.")
+    num_frames: int | None = Field(
+        default=None,
+        description="As requested (null where neither num_frames nor seconds was sent); once completed, as in the "
+        "video.",
+    )
     duration_s: float | None = None
-    metrics: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = Field(
+        default=None, description="The server's stage metrics, once completed, where the request asked for them."
+    )
     stage_durations: dict[str, Any] | None = None
     peak_memory_mb: float | None = None
     action: dict[str, Any] | None = None

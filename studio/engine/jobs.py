@@ -33,12 +33,12 @@ from studio.engine.encoding import StreamedEncode, encode_pieces
 from studio.engine.events import JobWatch
 from studio.engine.generation_types import BatchItem, GenerationCancelled, GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
-from studio.engine.metrics import EngineMetrics
+from studio.engine.metrics import EngineMetrics, stage_metrics
 from studio.engine.previews import PreviewImage, PreviewSettings, PreviewTarget
 from studio.engine.send_order import SendOrder, SendPlace
 from studio.engine.warmup import Warmup
 from studio.media import VideoInfo, encode_mp4
-from studio.protocol import DEFAULT_SECONDS, JobRecord, JobStatus, ProgressEvent
+from studio.protocol import DEFAULT_QUALITY, JobRecord, JobStatus, ProgressEvent
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,8 @@ DENOISE_SHARE = 95.0
 CANCELLED = (499, "cancelled")
 
 
-def _whole_seconds(frames: int | None, fps: float) -> str:
+def _whole_seconds(frames: int, fps: float) -> str:
     """A clip's length as the record's `seconds` (whole seconds, as a string): rounded up, at least 1."""
-    if not frames or fps <= 0:
-        return str(DEFAULT_SECONDS)
     return str(max(1, math.ceil(frames / fps)))
 
 
@@ -61,7 +59,7 @@ class Job:
     params: GenerationParams
     fps: int
     model: str
-    created_at: int
+    created_at: int  # whole seconds of the wall clock, as the wire has it; the job's figures use `arrived`
     status: JobStatus = JobStatus.QUEUED
     progress: int = 0
     started_at: float | None = None
@@ -74,8 +72,14 @@ class Job:
     file_path: Path | None = None
     size_field: str | None = None  # the `size` form field as sent; vLLM-Omni's record shows only that
     seconds_field: str | None = None
-    requested_frames: int | None = None
-    output_frames: int | None = None
+    requested_frames: int | None = None  # as the request named them (num_frames, or seconds x fps); None if neither
+    output_frames: int | None = None  # as counted in the video, set as the job completes
+    quality: str = DEFAULT_QUALITY  # the request's `quality`, as sent
+    metrics_wanted: bool = False  # the request's `return_stage_metrics`
+    metrics: dict[str, Any] | None = None
+    # time.monotonic() when the request arrived: the job's latency is measured from it, never from created_at,
+    # whose whole seconds would add up to a second.
+    arrived: float = field(default_factory=time.monotonic)
     cancel_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     listed: bool = True
@@ -121,11 +125,22 @@ class Job:
         self.status, self.error = JobStatus.FAILED, {"code": code, "message": message}
 
     def record(self) -> JobRecord:
-        """The job record, with vLLM-Omni 0.30's fields and rules (size and seconds as sent; num_frames as
-        requested, then as counted in the output). Where seconds was not sent, vLLM-Omni answers "4" whatever the
-        length; the engine answers the clip's length in whole seconds, rounded up (docs/compatibility.md)."""
-        frames = self.output_frames if self.output_frames is not None else self.requested_frames
+        """The job record, with vLLM-Omni 0.30's fields and rules: size, seconds and quality as sent; num_frames and
+        duration_s as the request named them (null where it named no length), then, once completed, as counted in
+        the video. Where seconds was not sent, vLLM-Omni answers "4" whatever the length; the engine answers null
+        until the video is made, then its length in whole seconds, rounded up (docs/compatibility.md). A value is
+        never changed while the job runs: what was not sent stays null until the video says it."""
         completed = self.status is JobStatus.COMPLETED
+        # output_frames is read only once completed, so a record made while the job finishes shows no half-change.
+        made = self.output_frames if completed else None
+        frames = made if made is not None else self.requested_frames
+        seconds = self.seconds_field
+        if seconds is None and made is not None:
+            seconds = _whole_seconds(made, self.fps)
+        if made is None and self.seconds_field is not None:
+            duration_s: float | None = float(self.seconds_field)  # as vLLM-Omni's record says it before the video
+        else:
+            duration_s = round(frames / self.fps, 6) if frames else None
         return JobRecord(
             model=self.model,
             prompt=self.params.prompt,
@@ -133,8 +148,8 @@ class Job:
             status=self.status,
             size=self.size_field,
             progress=self.progress,
-            seconds=self.seconds_field or _whole_seconds(frames, self.fps),
-            quality="default",
+            seconds=seconds,
+            quality=self.quality,
             completed_at=self.completed_at,
             created_at=self.created_at,
             error=self.error,
@@ -143,7 +158,8 @@ class Job:
             inference_time_s=self.inference_time_s,
             fps=float(self.fps),
             num_frames=frames,
-            duration_s=round(frames / self.fps, 6) if frames else None,
+            duration_s=duration_s,
+            metrics=self.metrics if completed else None,
             stage_durations=self.stage_durations or {},
             peak_memory_mb=self.peak_memory_mb or 0.0,
             native_size=f"{self.native_size[0]}x{self.native_size[1]}" if self.native_size is not None else None,
@@ -260,7 +276,7 @@ class JobManager:
             model=self.model_name,
             created_at=int(time.time()),
             listed=listed,
-            requested_frames=params.num_frames,
+            requested_frames=params.num_frames,  # a request's own count replaces it (serving: None where it sent none)
             server_levers=dict(getattr(self.generator, "levers", None) or {}),
         )
 
@@ -605,10 +621,15 @@ class JobManager:
         job.peak_memory_mb = output.peak_memory_mb
         if output.native_size != (job.params.width, job.params.height):
             job.native_size = output.native_size
+        e2e_s = time.monotonic() - job.arrived
+        if job.metrics_wanted:
+            job.metrics = stage_metrics(
+                job.stage_durations, job.inference_time_s, job.params.num_inference_steps, info.num_frames, e2e_s
+            )
         job.progress, job.status, job.completed_at = 100, JobStatus.COMPLETED, int(time.time())
         total_s = time.perf_counter() - started
         self.metrics.observe_success(
-            e2e_s=time.time() - job.created_at,
+            e2e_s=e2e_s,
             exec_s=total_s,
             per_step_s=output.stage_durations["denoise"] / max(1, job.params.num_inference_steps),
             postprocess_s=output.stage_durations["decode"] + encode_s,

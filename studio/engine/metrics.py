@@ -1,6 +1,9 @@
-"""Prometheus metrics of the engine, under vLLM-Omni's names where they apply."""
+"""Metrics of the engine, under vLLM-Omni's names where they apply: its Prometheus families, and the stage metrics a
+finished job's record carries where its request asked for them."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -58,3 +61,41 @@ class EngineMetrics:
         self.exec.observe(exec_s)
         self.per_step.observe(per_step_s)
         self.postprocess.observe(postprocess_s)
+
+
+# A pure diffusion server has one stage, id 0, whose output is the video.
+STAGE_ID = 0
+
+
+def stage_metrics(
+    stage_durations: dict[str, float], inference_s: float, steps: int, frames: int, e2e_s: float
+) -> dict[str, Any]:
+    """A finished job's `metrics` (its request sent return_stage_metrics), in the shape vLLM-Omni answers: the
+    stages by id under `stage_metrics`, with the final stage's id and output type beside them. vLLM-Omni's names
+    where the engine measures the same thing (milliseconds), and the engine's own parts as `<part>_s` (seconds:
+    `denoise_s` with the prompt's encode, `decode_s`, `encode_s` the mp4)."""
+    denoise_s = stage_durations.get("denoise", 0.0)
+    postprocess_s = sum(seconds for part, seconds in stage_durations.items() if part != "denoise")
+    stage: dict[str, Any] = {
+        "stage_id": STAGE_ID,
+        "stage_name": "diffusion",
+        "final_output_type": "video",
+        "finish_reason": "stop",
+        "num_tokens_in": 0,
+        "num_tokens_out": 0,
+        "stage_gen_time_ms": round(inference_s * 1000.0, 3),
+        "postprocess_time_ms": round(postprocess_s * 1000.0, 3),
+        "denoise_step_latency_ms": round(denoise_s * 1000.0 / max(1, steps), 3),
+        "output_unit_type": "video",
+        "output_unit_count": 1,
+        "video_frames": frames,
+        "e2e_latency_s": round(e2e_s, 4),
+        **{f"{part}_s": round(seconds, 4) for part, seconds in stage_durations.items()},
+    }
+    return {
+        "stage_metrics": {str(STAGE_ID): stage},
+        "stage_id": STAGE_ID,
+        "final_output_type": "video",
+        "num_tokens_in": 0,
+        "num_tokens_out": 0,
+    }

@@ -28,6 +28,7 @@ from studio.engine.send_order import parse_order
 from studio.engine.step_cache import StepCacheMode, StepCachePolicy
 from studio.engine.warmup import Warmup
 from studio.protocol import (
+    DEFAULT_QUALITY,
     RANDOM_SEED_BOUND,
     EngineExtraParams,
     ErrorResponse,
@@ -80,6 +81,7 @@ class ParsedForm:
     guardrails: bool
     size_sent: str | None  # the record shows the size field only as sent, as vLLM-Omni's does
     previews: bool = True  # extra_params.previews
+    refusal: str | None = None  # why the job fails at once, with 400 (a LoRA adapter: the engine serves none)
 
 
 def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
@@ -126,7 +128,26 @@ def parse_video_form(form: Mapping[str, Any], state: EngineState) -> ParsedForm:
         guardrails=extra.guardrails,
         size_sent=values.get("size"),
         previews=extra.previews,
+        refusal=lora_refusal(request.lora),
     )
+
+
+# The keys vLLM-Omni reads an adapter's name and path from, in its order.
+LORA_NAME_KEYS = ("name", "lora_name", "adapter")
+LORA_PATH_KEYS = ("local_path", "path", "lora_path", "lora_local_path")
+
+
+def lora_refusal(lora: Mapping[str, Any] | None) -> str | None:
+    """Why a request's `lora` fails it, or None where it sent none. vLLM-Omni takes the job and fails it with 400
+    where the object lacks a name or a path, or the adapter cannot be loaded; the engine serves no adapters, so
+    every `lora` fails the same way."""
+    if lora is None:
+        return None
+    name = next((lora[key] for key in LORA_NAME_KEYS if lora.get(key)), None)
+    path = next((lora[key] for key in LORA_PATH_KEYS if lora.get(key)), None)
+    if not name or not path:
+        return "Invalid lora object: both name and path are required."
+    return f"LoRA adapter {str(name)!r} is not available: this engine serves no LoRA adapters."
 
 
 def request_step_cache(asked: str | None, state: EngineState) -> StepCachePolicy:
@@ -172,9 +193,9 @@ class VideoServing:
         send order where it gave one."""
         parsed = parse_video_form(form, self.state)
         job = self._new_job(parsed, order)
-        blocked = self._blocked(parsed)
-        if blocked is not None:
-            self.manager.fail_now(job, 400, blocked)
+        refused = parsed.refusal or self._blocked(parsed)
+        if refused is not None:
+            self.manager.fail_now(job, 400, refused)
             return RecordAnswer(job.record(), 400)
         return RecordAnswer(self.manager.submit(job).record())
 
@@ -182,9 +203,9 @@ class VideoServing:
         """POST /v1/videos/sync: the finished job and its mp4, once made (a 504 past the sync timeout). The job is
         forgotten once answered."""
         parsed = parse_video_form(form, self.state)
-        blocked = self._blocked(parsed)
-        if blocked is not None:
-            raise ApiError(400, blocked)
+        refused = parsed.refusal or self._blocked(parsed)
+        if refused is not None:
+            raise ApiError(400, refused)
         job = self._new_job(parsed, job_id=f"video_sync-{secrets.token_hex(8)}", listed=False)
         job.previews_wanted = False  # its id is told only with its video: nobody could ask for them
         job = self.manager.submit(job)
@@ -292,7 +313,10 @@ class VideoServing:
     def _new_job(self, parsed: ParsedForm, order: str | None = None, **options: Any) -> Job:
         job = self.manager.new_job(parsed.params, parsed.request.output_fps, **options)
         job.place = parse_order(order)
-        job.size_field, job.seconds_field = parsed.size_sent, parsed.request.seconds
-        job.requested_frames = parsed.request.requested_frames
+        request = parsed.request
+        job.size_field, job.seconds_field = parsed.size_sent, request.seconds
+        job.requested_frames = request.sent_frames
+        job.quality = request.quality or DEFAULT_QUALITY
+        job.metrics_wanted = bool(request.return_stage_metrics)
         job.previews_wanted = parsed.previews
         return job

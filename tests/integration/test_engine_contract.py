@@ -55,10 +55,11 @@ def test_async_job_life_cycle(http, tmp_path):
     record = created.json()
     assert record["id"].startswith("video_gen_") and record["object"] == "video"
     assert record["status"] == "queued" and record["size"] == "320x192" and record["model"] == MODEL_NAME
-    # seconds was not sent: the clip's length in whole seconds, rounded up (6 frames at 16 fps: 1 s)
-    assert record["num_frames"] == 6 and record["fps"] == 16.0 and record["seconds"] == "1"
+    # seconds was not sent: null until the video is made, then its length in whole seconds, rounded up
+    assert record["num_frames"] == 6 and record["fps"] == 16.0 and record["seconds"] is None
     done = wait_for(http, record["id"], lambda r: r["status"] in ("completed", "failed"))
     assert done["status"] == "completed" and done["progress"] == 100 and done["num_frames"] == 9
+    assert done["seconds"] == "1"  # 9 frames at 16 fps
     assert done["file_name"] == f"{record['id']}.mp4"
     assert done["inference_time_s"] > 0 and done["completed_at"] >= done["created_at"]
     content = http.get(f"/v1/videos/{record['id']}/content")

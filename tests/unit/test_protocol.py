@@ -12,6 +12,7 @@ from studio.protocol import (
     MAX_REQUEST_FRAMES,
     MAX_SEQUENCE_LENGTH,
     MAX_SIDE,
+    QUALITY_LEVELS,
     EngineExtraParams,
     ErrorResponse,
     JobList,
@@ -101,6 +102,32 @@ def test_what_the_client_sends_the_server_reads_back():
     assert VideoRequest.model_validate(VideoRequest.form_values(request.form_fields())) == request
 
 
+def test_quality_lora_and_stage_metrics_go_as_vllm_omni_reads_them():
+    assert QUALITY_LEVELS == ("lossless", "high")  # vLLM-Omni's DIFFUSION_QUALITY_LEVELS
+    request = VideoRequest(
+        prompt="a cat", quality="high", lora={"name": "style", "path": "/a"}, return_stage_metrics=True
+    )
+    fields = request.form_fields()
+    assert (fields["quality"], fields["return_stage_metrics"]) == ("high", "true")
+    assert json.loads(fields["lora"]) == {"name": "style", "path": "/a"}
+    assert VideoRequest.model_validate(VideoRequest.form_values(fields)) == request
+    assert not {"quality", "lora", "return_stage_metrics"} & set(VideoRequest(prompt="x").form_fields())
+
+
+@pytest.mark.parametrize(
+    ("form", "sent"),
+    [
+        ({}, None),
+        ({"num_frames": "33"}, 33),
+        ({"seconds": "2"}, 2 * DEFAULT_FPS),
+        ({"seconds": "2", "fps": "8"}, 16),
+        ({"num_frames": "9", "seconds": "2"}, 9),
+    ],
+)
+def test_the_frames_a_request_names_are_none_where_it_names_no_length(form, sent):
+    assert VideoRequest.model_validate({"prompt": "x", **form}).sent_frames == sent
+
+
 def test_a_received_form_fills_the_request_with_the_contract_defaults():
     class Upload:
         filename = "start.png"
@@ -132,6 +159,15 @@ def test_a_received_form_fills_the_request_with_the_contract_defaults():
         ({"prompt": "x", "extra_params": "[1]"}, None, "Invalid JSON in form field: expected dict, got list."),
         ({"prompt": "x", "extra_params": '{"guardrails": "no"}'}, "body.extra_params", "extra_params.guardrails"),
         ({"prompt": "x", "num_frames": "many"}, "body.num_frames", "num_frames: Input should be a valid integer"),
+        (
+            {"prompt": "x", "quality": "ultra"},
+            "body.quality",
+            "quality must be one of ['lossless', 'high'], got 'ultra'",
+        ),
+        ({"prompt": "x", "quality": "default"}, "body.quality", "quality must be one of ['lossless', 'high']"),
+        ({"prompt": "x", "lora": "[1]"}, None, "Invalid JSON in form field: expected dict, got list. lora must be"),
+        ({"prompt": "x", "lora": "{bad"}, None, "Invalid JSON in form field: lora is not valid JSON"),
+        ({"prompt": "x", "return_stage_metrics": "maybe"}, "body.return_stage_metrics", "return_stage_metrics:"),
         ({"prompt": "x", "guidance_scale": "nan"}, "body.guidance_scale", "guidance_scale: Input should be a finite"),
         (
             {"prompt": "x", "input_reference": "a.png", "image_reference": '{"image_url": "x"}'},
