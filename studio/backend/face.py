@@ -1,8 +1,9 @@
 """The back end as the page sees it: the controller, and the view types, limits, checks and actions it shows.
 
-The page (`studio/ui/`) imports the back end through this module alone (tests/unit/test_layers.py): how the back end
-is laid out (servers/, clients/, runs/, bench/) stays its own business, and what the page may rely on is listed
-here, once. The commands (`studio/cli/`) run the back end's parts themselves, lazily, as their start-up allows.
+The page (`studio/ui/`) and the gateway (`studio/gateway/`) import the back end through this module alone
+(tests/unit/test_layers.py): how the back end is laid out (servers/, clients/, runs/, bench/) stays its own business,
+and what the page and the gateway may rely on is listed here, once. The commands (`studio/cli/`) run the back end's
+parts themselves, lazily, as their start-up allows.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from studio.backend.bench.plan_inputs import DEFAULT_ATTAINMENT, PlanInputs
 from studio.backend.bench.plan_model import PlanError
 from studio.backend.bench.plan_plot import write_plan
 from studio.backend.bench.runner import PARETO_PLOT, bench_fleets, bench_pool, cell_grid
+from studio.backend.bench.variants import BASE as BASELINE_VARIANT
 from studio.backend.bench.variants import VariantError, server_flags
 from studio.backend.controller import RunTooLarge, StudioController
 from studio.backend.doctor import collect_report
 from studio.backend.engine_kinds import MANAGED_ENGINES, engine_kind
 from studio.backend.guest_arrivals import GuestArrivals
-from studio.backend.runs.board import RequestBoard
-from studio.backend.runs.fair_share import SLOTS_PER_SERVER, Standing
+from studio.backend.runs.board import NotYours, RequestBoard
+from studio.backend.runs.fair_share import SLOTS_PER_SERVER, Standing, VisitorLimitExceeded
 from studio.backend.runs.problems import describe, field_bounds, frames_note, problems
 from studio.backend.runs.public_text import for_visitors
 from studio.backend.runs.request_state import RequestState, RequestView
@@ -56,6 +58,7 @@ from studio.backend.servers.warmup import warmup_note, warmup_state
 from studio.backend.visitors import LOCAL_OPERATOR, Visitor
 
 __all__ = [
+    "BASELINE_VARIANT",
     "DEFAULT_ATTAINMENT",
     "LEVER_FLAGS",
     "LOCAL_OPERATOR",
@@ -76,6 +79,7 @@ __all__ = [
     "LatencyParts",
     "LatencySummary",
     "LayoutError",
+    "NotYours",
     "PlanError",
     "PlanInputs",
     "RayUnavailable",
@@ -93,6 +97,7 @@ __all__ = [
     "StudioController",
     "VariantError",
     "Visitor",
+    "VisitorLimitExceeded",
     "bench_fleets",
     "bench_pool",
     "cell_grid",

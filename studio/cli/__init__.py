@@ -1,4 +1,4 @@
-"""`omni-studio ui | generate | bench | plan | engine | doctor`.
+"""`omni-studio ui | generate | bench | plan | engine | doctor | keys`.
 
 One module per command, each with `register(subparsers)` and `run(args) -> int`. Flags are built from the
 settings' fields (studio/settings_flags.py); each command imports its heavy parts inside `run`, so `--help`, a bad
@@ -21,9 +21,17 @@ from studio.startup import private_files
 
 
 def _commands() -> dict[str, ModuleType]:
-    from studio.cli import bench, doctor, engine, generate, plan, ui
+    from studio.cli import bench, doctor, engine, generate, keys, plan, ui
 
-    return {"ui": ui, "generate": generate, "bench": bench, "plan": plan, "engine": engine, "doctor": doctor}
+    return {
+        "ui": ui,
+        "generate": generate,
+        "bench": bench,
+        "plan": plan,
+        "engine": engine,
+        "doctor": doctor,
+        "keys": keys,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:

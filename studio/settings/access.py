@@ -27,6 +27,12 @@ class AccessSettings(BaseModel):
         default=None,
         description="a file of accounts, one user:pass per line (# starts a comment)",
     )
+    api_key_file: Path | None = Field(
+        title="API keys file",
+        default=None,
+        description="keys for programs calling the studio's /v1/videos API, one USER:KEY or USER:sha256:HEX per line "
+        "(# starts a comment; `omni-studio keys add USER` makes one); a key's user is the account of that name",
+    )
     operators: Annotated[list[str], NoDecode] = Field(
         title="Operators",
         default_factory=list,

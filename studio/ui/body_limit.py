@@ -5,7 +5,8 @@ stalled every other visitor's calls, and grew the studio by hundreds of MB. Here
 - a call (any route but the upload route) takes at most MAX_CALL_BODY_BYTES: its text fields of up to 64 KB and a
   little for the rest; no field of the studio has a use for more (a prompt is at most MAX_PROMPT_CHARS
   characters; images come by the upload route);
-- the upload route takes at most the page's upload limit (and the multipart framing around it);
+- the upload route, and the gateway's forms (POST /v1/videos, /v1/videos/sync), take at most the page's upload limit
+  (and the multipart framing around it);
 - a call's JSON body is read (up to that bound) and any one text field over MAX_TEXT_BYTES is refused, named.
 A body is refused by its Content-Length before any of it is read; a body sent in chunks without one is counted
 as it comes and refused as soon as it passes the bound. The answer is 413 with a JSON `detail` in the studio's
@@ -21,6 +22,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from studio.gateway.mount import FORM_ROUTES
 from studio.protocol import MAX_PROMPT_CHARS
 from studio.ui.call_routes import API, BodyTooLarge, CallBody, read_body, route_of, route_path, takes_json_body
 
@@ -28,7 +30,8 @@ MAX_TEXT_BYTES = 64 * 1024
 CALL_OVERHEAD_BYTES = 16 * 1024  # the session, the event's name and the form's other fields, with room to spare
 MAX_CALL_BODY_BYTES = MAX_TEXT_BYTES + CALL_OVERHEAD_BYTES
 UPLOAD_OVERHEAD_BYTES = 64 * 1024  # multipart boundaries and part headers around the file
-UPLOAD_PATHS = (f"{API}/upload",)
+# Gradio's upload route, and the gateway's forms (an input_reference image among their fields).
+UPLOAD_PATHS = (f"{API}/upload", *FORM_ROUTES)
 WHY = (
     f"a text field holds at most {MAX_TEXT_BYTES // 1024} KB (a prompts field has no use for more: a prompt is at "
     f"most {MAX_PROMPT_CHARS:,} characters); send fewer or shorter prompts"

@@ -12,10 +12,11 @@ from starlette.middleware import Middleware
 
 from studio.backend.face import MAX_UPLOAD_BYTES, AccessError, AccessPolicy, StudioController, on_space, port_is_free
 from studio.config import StudioSettings
-from studio.ui.client_address import trust_forwarded_from
+from studio.gateway.keys import KeyFile, KeyFileError
+from studio.ui.client_address import client_address, trust_forwarded_from
 from studio.ui.file_guard import StudioFileGuard
-from studio.ui.same_origin import SameOriginSignIn
-from studio.ui.sign_in_limit import SignInLimit
+from studio.ui.same_origin import SameOriginSignIn, cross_site
+from studio.ui.sign_in_limit import SignInLedger, SignInLimit
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -49,9 +50,32 @@ def access_policy(settings: StudioSettings) -> AccessPolicy:
     return AccessPolicy.from_settings(settings)
 
 
-def launch_options(controller: StudioController, access: PageAccess) -> dict[str, Any]:
-    """What `launch()` needs beyond host and port: the page's accounts, the studio's own file route, and Gradio
-    kept from the outputs folder, its uploads bounded and its traffic figures off."""
+def api_keys(settings: StudioSettings) -> KeyFile | None:
+    """The gateway's keys (--api-key-file), read; raises KeyFileError with a message for the command line."""
+    return KeyFile(settings.api_key_file) if settings.api_key_file is not None else None
+
+
+def gateway_mount(
+    controller: StudioController, access: PageAccess, keys: KeyFile | None, ledger: SignInLedger
+) -> Middleware:
+    """vLLM-Omni's video API on the studio's port (studio/gateway/): wrong keys count in the sign-in's ledger. A
+    studio with no sign-in that serves this machine alone takes keyless calls as its operator's, as its page does."""
+    from studio.gateway.callers import GatewayAccess
+    from studio.gateway.mount import GatewayMount
+    from studio.gateway.routes import build_gateway
+    from studio.gateway.serving import VideoGateway
+
+    settings = controller.settings
+    local = access.policy.everyone_operator and not settings.share and settings.host in LOOPBACK
+    callers = GatewayAccess(access.policy, keys, ledger, local_operator_without_keys=local)
+    gateway = build_gateway(VideoGateway(controller), callers, client_address, cross_site)
+    return Middleware(GatewayMount, gateway=gateway)
+
+
+def launch_options(controller: StudioController, access: PageAccess, keys: KeyFile | None = None) -> dict[str, Any]:
+    """What `launch()` needs beyond host and port: the page's accounts, the studio's own file route, the gateway
+    (`keys`: its API keys), and Gradio kept from the outputs folder, its uploads bounded and its traffic figures
+    off."""
     from studio.ui.crowd_guards import crowd_guards
     from studio.ui.operator_calls import OperatorCalls
     from studio.ui.upload_limit import UploadLedger, upload_caps, upload_limit
@@ -65,6 +89,9 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
     )
     # Each visitor's uploads per hour, capped before they are stored (the settings read live); unused ones swept.
     uploads = UploadLedger(lambda: upload_caps(controller.settings))
+    # One ledger of failures for the page's passwords and the gateway's keys: a guesser gets no more tries by
+    # trying both.
+    failures = SignInLedger()
     return {
         "auth": list(access.policy.accounts) or None,
         "auth_message": "Omni Studio: sign in with the account the studio's operator gave you.",
@@ -79,10 +106,11 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
         "app_kwargs": {
             "middleware": [
                 crowd.bodies,
+                gateway_mount(controller, access, keys, failures),
                 guard,
                 upload_limit(uploads, access),
                 Middleware(SameOriginSignIn),
-                Middleware(SignInLimit),
+                Middleware(SignInLimit, ledger=failures),
                 Middleware(OperatorCalls, access=access),
                 *crowd.calls,
             ],
@@ -91,7 +119,7 @@ def launch_options(controller: StudioController, access: PageAccess) -> dict[str
     }
 
 
-def serve_page(controller: StudioController, access: PageAccess) -> gr.Blocks:
+def serve_page(controller: StudioController, access: PageAccess, keys: KeyFile | None = None) -> gr.Blocks:
     """The page built and served on the settings' host and port, without blocking: what `omni-studio ui` runs."""
     from studio.ui.page import CSS, build_page, enable_queue
 
@@ -103,7 +131,7 @@ def serve_page(controller: StudioController, access: PageAccess) -> gr.Blocks:
         server_name=settings.host,
         server_port=settings.port,
         share=settings.share,
-        **launch_options(controller, access),
+        **launch_options(controller, access, keys),
         css=CSS,
         prevent_thread_lock=True,
         quiet=True,
@@ -116,7 +144,8 @@ def serve_page(controller: StudioController, access: PageAccess) -> gr.Blocks:
 def launch_ui(settings: StudioSettings) -> int:
     try:
         policy = access_policy(settings)
-    except AccessError as exc:
+        keys = api_keys(settings)
+    except (AccessError, KeyFileError) as exc:
         print(f"omni-studio: error: {exc}", file=sys.stderr)
         return 2
     problem = exposure_problem(settings, policy)
@@ -139,7 +168,7 @@ def launch_ui(settings: StudioSettings) -> int:
     try:
         # Gradio's own lines speak of launch() arguments; the studio says the same in its flags' words, below.
         with contextlib.redirect_stdout(gradio_said):
-            demo = serve_page(controller, access)
+            demo = serve_page(controller, access, keys)
     except OSError:  # taken between the check and the launch
         print(taken, file=sys.stderr)
         controller.close()

@@ -63,7 +63,7 @@ def test_the_cli_reference_names_every_flag_of_every_command(site):
     reference = text_of(site / "cli-reference" / "index.html")
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
-    assert set(commands) == {"ui", "generate", "bench", "plan", "engine", "doctor"}
+    assert set(commands) == {"ui", "generate", "bench", "plan", "engine", "doctor", "keys"}
     for name, sub in commands.items():
         assert f"omni-studio {name}" in reference
         for action in sub._actions:

@@ -95,7 +95,7 @@ QUOTED_SERVE_ARGS = r'`\w+ = "([^"`]*--[^"`]*)"`'
 
 def test_every_flag_of_the_command_table_exists():
     rows = command_table_rows()
-    assert set(rows) == {"ui", "generate", "bench", "plan", "engine", "doctor"}
+    assert set(rows) == {"ui", "generate", "bench", "plan", "engine", "doctor", "keys"}
     for name, row in rows.items():
         serve_args = set(re.findall(FLAG, " ".join(re.findall(QUOTED_SERVE_ARGS, row))))
         named = set(re.findall(FLAG, re.sub(QUOTED_SERVE_ARGS, "", row)))

@@ -26,14 +26,14 @@ def modules_under(folder: str) -> set[str]:
 
 def test_every_module_is_in_the_layout_table():
     named = set(re.findall(r"`([a-z_0-9]+)`", layout_section()))
-    missing = {folder: sorted(modules_under(folder) - named) for folder in ("backend", "engine", "ui")}
+    missing = {folder: sorted(modules_under(folder) - named) for folder in ("backend", "engine", "ui", "gateway")}
     assert {folder: names for folder, names in missing.items() if names} == {}
 
 
 def test_every_path_the_documents_name_exists():
     texts = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
     paths = set(re.findall(r"`((?:studio|tests|benchmarks|docs|scripts|assets)/[\w/.]+)`", texts))
-    paths |= {f"studio/{p}" for p in re.findall(r"`((?:backend|engine|ui)/[\w/.]+)`", texts)}
+    paths |= {f"studio/{p}" for p in re.findall(r"`((?:backend|engine|ui|gateway)/[\w/.]+)`", texts)}
     paths = {p for p in paths if not p.endswith("...")}  # `studio/files/...` is the studio's file route, not a path
     assert len(paths) > 10
     gone = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists() and not (ROOT / f"{p}.py").exists())

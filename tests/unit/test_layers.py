@@ -1,5 +1,5 @@
-"""The layers: the back end never imports the page, the commands or gradio, at any level (a lazy import inside a
-function counts too), so that `generate`, `bench` and a Space's build run it without the UI."""
+"""The layers: the back end never imports the page, the gateway, the commands or gradio, at any level (a lazy import
+inside a function counts too), so that `generate`, `bench` and a Space's build run it without the UI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import studio
 
 BACKEND = Path(studio.__file__).parent / "backend"
-FORBIDDEN = ("gradio", "studio.ui", "studio.cli")
+FORBIDDEN = ("gradio", "studio.ui", "studio.gateway", "studio.cli")
 
 
 def imported_names(source: str) -> list[str]:
@@ -58,20 +58,46 @@ def test_the_page_reaches_the_back_end_through_its_face_alone():
 
 # What the page may import of the studio beside the face and its own modules: the ground floor, which holds no back end.
 PAGE_GROUND = {"studio.config", "studio.tiers", "studio.protocol", "studio.grammar", "studio.csv_cells"}
+GATEWAY = Path(studio.__file__).parent / "gateway"
 
 
 def test_the_page_imports_nothing_of_the_studio_around_the_face():
-    """No module of the page reaches the back end through a module beside it (as the doctor once did)."""
+    """No module of the page reaches the back end through a module beside it (as the doctor once did); the gateway,
+    beside the page above the face, is the page's to mount."""
     graph = import_graph()
     around = {
         name: sorted(
-            found for found in imported if not found.startswith("studio.ui") and found not in {FACE, *PAGE_GROUND}
+            found
+            for found in imported
+            if not found.startswith(("studio.ui", "studio.gateway")) and found not in {FACE, *PAGE_GROUND}
         )
         for name, imported in graph.items()
         if name.startswith("studio.ui.")
     }
     assert len(around) > 20
     assert {name: found for name, found in around.items() if found} == {}
+
+
+def test_the_gateway_stands_beside_the_page_above_the_face():
+    """The gateway reaches the back end through the face alone, imports nothing of the page, the commands or
+    gradio, and nothing of the studio beside the ground floor."""
+    graph = import_graph()
+    gateway = {name: imported for name, imported in graph.items() if name.startswith("studio.gateway")}
+    assert len(gateway) >= 7
+    beyond = {
+        name: sorted(
+            found for found in imported if not found.startswith("studio.gateway") and found not in {FACE, *PAGE_GROUND}
+        )
+        for name, imported in gateway.items()
+    }
+    assert {name: found for name, found in beyond.items() if found} == {}
+    gradio = {
+        str(path.relative_to(GATEWAY)): [
+            name for name in imported_names(path.read_text(encoding="utf-8")) if name.split(".")[0] == "gradio"
+        ]
+        for path in sorted(GATEWAY.glob("*.py"))
+    }
+    assert {path: names for path, names in gradio.items() if names} == {}
 
 
 def test_the_face_names_only_what_it_imports():
