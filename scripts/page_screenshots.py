@@ -1,6 +1,6 @@
 """Screenshots of the studio's page for the docs site: the studio started as a user starts it (on loopback, with a
-temporary outputs folder), one video made from the Generate tab, then a PNG of each tab at 1440 px wide in
-docs/images/. Needs Chromium (/usr/bin/chromium, or OMNI_STUDIO_CHROMIUM) and Playwright.
+temporary outputs folder), one video made from the Generate tab and a small bench from the Bench tab, then a PNG of each tab at 1440 px wide
+(or --width) in docs/images/; the Bench tab's with its results in view. Needs Chromium (/usr/bin/chromium, or OMNI_STUDIO_CHROMIUM) and Playwright.
 
     nice -n 19 .venv/bin/python scripts/page_screenshots.py
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's root: `studio`, `tests`
 
-from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, start_studio, stop_studio  # noqa: E402
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, open_advanced, start_studio, stop_studio  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
 WIDTH, HEIGHT = 1440, 1000
@@ -33,6 +33,7 @@ def make_one_video(page) -> str:
     """A short 256p video from the Generate tab, waited for until it plays; its run's id."""
     page.locator("#prompt textarea").fill("a red circle moving left on a white background")
     page.locator("#tier").get_by_label("256p").check()
+    open_advanced(page)
     page.locator("#frames input").fill("9")
     page.locator("#steps input").fill("4")
     page.locator("#copies input").fill("1")
@@ -47,6 +48,19 @@ def make_one_video(page) -> str:
     return run_id
 
 
+def run_small_bench(page) -> None:
+    """A bench of two cells (2 requests each, short videos), waited for until it is done: the Bench tab then shows
+    its table, recommendation and plots."""
+    page.get_by_role("tab", name="Bench").click()
+    page.locator("#bench-requests input").fill("2")
+    page.locator("#bench-concurrency textarea, #bench-concurrency input").first.fill("1,2")
+    page.locator("#bench-frames input").fill("5")
+    page.locator("#bench-steps input").fill("2")
+    page.locator("#bench-warmup input").fill("0")
+    page.locator("#bench-run").click()
+    page.locator("#bench-status").get_by_text("done in").wait_for(timeout=300_000)
+
+
 def open_in_history(page, run_id: str) -> None:
     """The History tab with the run picked and its video playing, as a person would leave it."""
     page.locator("#history").get_by_text(run_id).last.wait_for(timeout=60_000)
@@ -56,24 +70,27 @@ def open_in_history(page, run_id: str) -> None:
     page.locator("#history-video video").wait_for(timeout=30_000)
 
 
-def shoot(url: str, images: Path) -> list[Path]:
+def shoot(url: str, images: Path, width: int = WIDTH, full_page: bool = False) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     written = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
             page.goto(url)
             run_id = make_one_video(page)
+            run_small_bench(page)
             for tab, name in TABS.items():
                 page.get_by_role("tab", name=tab).click()
                 if tab == "History":
                     open_in_history(page, run_id)
                 page.wait_for_timeout(1500)  # the tab's tables and figures fill in after it shows
-                path = images / name
-                # The viewport alone, not the whole scrolled page: the PNGs stay small.
-                page.screenshot(path=str(path), full_page=False)
+                if tab == "Bench":
+                    page.locator("#bench-status").evaluate("status => status.scrollIntoView({block: 'start'})")
+                path = images / (name if width == WIDTH else name.replace(".png", f"-{width}.png"))
+                # The viewport alone unless asked, not the whole scrolled page: the PNGs stay small.
+                page.screenshot(path=str(path), full_page=full_page)
                 written.append(path)
         finally:
             browser.close()
@@ -83,6 +100,8 @@ def shoot(url: str, images: Path) -> list[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=Path, default=IMAGES, help="where the PNGs go (default: docs/images/)")
+    parser.add_argument("--width", type=int, default=WIDTH, help="the window's width in px (default: %(default)s)")
+    parser.add_argument("--full-page", action="store_true", help="the whole page of each tab, not the window")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="how long the studio may take to answer")
     args = parser.parse_args()
     args.images.mkdir(parents=True, exist_ok=True)
@@ -90,7 +109,7 @@ def main() -> int:
         log = Path(folder) / "studio.log"
         studio = start_studio(Path(folder) / "outputs", log, timeout_s=args.timeout_s)
         try:
-            written = shoot(studio.url, args.images)
+            written = shoot(studio.url, args.images, args.width, args.full_page)
         finally:
             stop_studio(studio)
     for path in written:

@@ -87,3 +87,11 @@ def stop_studio(studio: RunningStudio) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
+
+
+def open_advanced(page) -> None:
+    """The Generate form's "Advanced settings" unfolded (folded as the page opens), for a script that fills them."""
+    field = page.locator("#frames input")
+    if not field.is_visible():
+        page.locator("#advanced").get_by_text("Advanced settings").first.click()
+        field.wait_for(state="visible", timeout=30_000)

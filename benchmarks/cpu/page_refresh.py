@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 
-from tests.studio_process import CHROMIUM, FOREGROUND_ARGS, start_studio, stop_studio
+from tests.studio_process import CHROMIUM, FOREGROUND_ARGS, open_advanced, start_studio, stop_studio
 from tests.studio_process import CHROMIUM_ARGS as BASE_CHROMIUM_ARGS
 
 # Each visitor has a browser of their own: none of the pages is a background tab.
@@ -55,6 +55,7 @@ def submit(page, prompt: str, copies: int) -> None:
     page.locator("#prompt textarea").fill(prompt)
     # Long (the tier's 189 frames at 200 steps: about half a minute each on a CPU): everything stays in flight while
     # the pages are watched.
+    open_advanced(page)
     page.locator("#frames input").fill("189")
     page.locator("#steps input").fill("200")
     page.locator("#copies input").fill(str(copies))

@@ -27,7 +27,7 @@ from playwright.sync_api import sync_playwright
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 
-from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, start_studio, stop_studio
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, open_advanced, start_studio, stop_studio
 
 OBSERVER = """
 () => {
@@ -47,6 +47,7 @@ OBSERVER = """
 
 def fill(page, prompts: str, frames: int, steps: int, copies: int, concurrency: int) -> None:
     page.locator("#prompt textarea").fill(prompts)
+    open_advanced(page)
     page.locator("#frames input").fill(str(frames))
     page.locator("#steps input").fill(str(steps))
     page.locator("#copies input").fill(str(copies))

@@ -115,7 +115,9 @@ def history_record(
 
 
 def build_api(controller: StudioController, access: PageAccess, links: FileLinks) -> None:
-    """The API-only endpoints, inside the page's Blocks."""
+    """The API-only endpoints, inside the page's Blocks. Long only by their number: each is a short closure over the
+    controller, the page's access and its file links, declared here because gr.api registers an endpoint in the
+    Blocks being built."""
 
     @gr.api(api_name="submit_run", concurrency_limit=None)
     async def submit_run(

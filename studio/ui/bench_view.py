@@ -24,6 +24,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from studio.backend.face import (
+    BASELINE_VARIANT,
     PARETO_PLOT,
     BenchConfig,
     BenchConfigError,
@@ -73,8 +74,8 @@ SUMMARY_COLUMNS = {
     "vs_baseline": "vs baseline: mean / max levels, PSNR",
     "goodput": "goodput",
     # The machine's CPU while the cell ran (% of all its cores), and the part of it not the studio's nor its servers'.
-    "cpu_percent": "machine CPU %",
-    "other_cpu_percent": "other work CPU %",
+    # With the part of it that was other work than the bench's, "62 (3)": one column, narrow enough for 1024 px.
+    "cpu_percent": "machine CPU % (other work)",
     "pareto": "Pareto set",
 }
 # The figures shown with their interval: the report's columns of its ends (studio.backend.bench.spread).
@@ -129,9 +130,35 @@ def with_interval(cell: dict[str, Any], key: str) -> Any:
     return f"{point:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
 
 
+def _tells(key: str, cells: list[dict[str, Any]]) -> bool:
+    """Whether a fleet's column says something the others do not: a variant other than the one baseline, or
+    videos/min per device where a cell ran on several devices (on one, it repeats videos/min). A table narrow
+    enough for a 1024 px window keeps only those."""
+    if not any(key in cell for cell in cells):
+        return False
+    if key == "variant":
+        return {cell.get("variant") for cell in cells} != {BASELINE_VARIANT}
+    if key == "videos_per_min_per_device":
+        return any(cell.get(key) != cell.get("videos_per_min") for cell in cells)
+    return True
+
+
+def _cpu(cell: dict[str, Any]) -> Any:
+    """The machine's CPU while the cell ran, with the part that was other work: "62 (3)"."""
+    total, other = cell.get("cpu_percent"), cell.get("other_cpu_percent")
+    if total is None:
+        return None
+    return f"{total:.0f}" if other is None else f"{total:.0f} ({other:.0f})"
+
+
 def summary_table(report: dict[str, Any]) -> pd.DataFrame:
-    cells = [{**cell, **{key: with_interval(cell, key) for key in WITH_INTERVAL}} for cell in report["cells"]]
-    keys = [key for key in SUMMARY_COLUMNS if key not in FLEET_ONLY or any(key in cell for cell in cells)]
+    cells = [
+        {**cell, **{key: with_interval(cell, key) for key in WITH_INTERVAL}, "cpu_percent": _cpu(cell)}
+        for cell in report["cells"]
+    ]
+    keys = [key for key in SUMMARY_COLUMNS if key not in FLEET_ONLY or _tells(key, report["cells"])]
+    if "layout" in keys:
+        keys.remove("endpoints")  # a layout names its replicas: 2x1 is two endpoints
     table = pd.DataFrame(cells, columns=keys).rename(columns=SUMMARY_COLUMNS)
     table["guardrails"] = table["guardrails"].map({True: "on", False: "off"})
     if "Pareto set" in table:

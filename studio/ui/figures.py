@@ -81,6 +81,11 @@ class PageFigures:
     timeline: pd.DataFrame
     throughput: pd.DataFrame
 
+    @property
+    def empty(self) -> bool:
+        """No request of theirs has finished: the plots draw nothing, and the page says when they will."""
+        return self.throughput.empty and bool((self.timeline[REQUEST] == "").all())
+
 
 def span_views(board: RequestBoard, scope: Visitor | None = None, span: str = LATEST_RUN) -> list[RequestView]:
     """The requests the plots cover: of the latest run `scope` sees, or of the whole session."""
@@ -105,7 +110,7 @@ def latency_curve(views: list[RequestView]) -> pd.DataFrame:
         if view.state is RequestState.DONE and (parts := latency_parts(view.timings)).latency_s is not None
     ]
     if not latencies:
-        return pd.DataFrame(columns=[LATENCY, WITHIN])
+        return empty_frame([LATENCY, WITHIN])
     values, counts = np.unique(latencies, return_counts=True)
     shares = np.cumsum(counts) * 100.0 / len(latencies)
     points, before = [(0.0, 0.0)], 0.0
@@ -115,6 +120,12 @@ def latency_curve(views: list[RequestView]) -> pd.DataFrame:
         points.append((value, round(share, 1)))
         before = round(share, 1)
     return pd.DataFrame(points, columns=[LATENCY, WITHIN])
+
+
+def empty_frame(columns: list[str]) -> pd.DataFrame:
+    """No points, with numeric columns: a plot is built from its first data, the type of its axes too (a column of
+    no type would give it words for an axis, kept when numbers come)."""
+    return pd.DataFrame({column: pd.Series(dtype=float) for column in columns})
 
 
 def _segments(view: RequestView, clock: InFlightClock) -> list[tuple[str, float]]:
@@ -157,6 +168,10 @@ def timeline_bars(views: list[RequestView]) -> pd.DataFrame:
     sliver = max(MIN_ENDED_S, MIN_ENDED_SHARE * longest)
     last_first = list(reversed(PHASE_COLORS))
     records = []
+    if not bars:
+        # Nothing finished yet: a bar with every phase, so that a plot first built from it has every phase's colour;
+        # all of it transparent (one second before any request, so that the axis reads 0 to 1), none of it drawn.
+        records = [["", "", phase, 1.0 if phase == BEFORE else 0.0, 0.0] for phase in last_first]
     for number, (view, seconds) in enumerate(bars, start=1):
         for phase in last_first:
             lasted = seconds.get(phase, 0.0)
@@ -170,6 +185,8 @@ def timeline_bars(views: list[RequestView]) -> pd.DataFrame:
 def throughput_curve(views: list[RequestView]) -> pd.DataFrame:
     samples = [view.sample() for view in views if view.state.finished]
     points = [(round(t, 2), round(rate, 2)) for t, rate in throughput_so_far(samples)]
+    if not points:
+        return empty_frame([IN_FLIGHT, THROUGHPUT])
     frame = pd.DataFrame(points, columns=[IN_FLIGHT, THROUGHPUT])
     return frame.drop_duplicates(IN_FLIGHT, keep="last", ignore_index=True)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from studio.ui import figures, gallery, handlers, previews, tables
 from studio.ui.engine_status import engine_summary
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import EVERYONE, MINE, PageAccess
-from studio.ui.markdown import clipped, markdown_text
+from studio.ui.markdown import clipped, markdown_code, markdown_text
 
 EXAMPLES = [
     "a red circle moving left on a white background",
@@ -41,6 +42,17 @@ EXAMPLES = [
     "a green circle growing on a white background",
 ]
 REFRESH_S = 1.0
+# What the page says where it has nothing to show yet.
+NO_VIDEOS = "No videos yet: write a prompt and press **Generate**. They appear here as they finish."
+NO_SELECTION = "Select a request in the table to cancel it or move it in its run's order."
+NO_FIGURES = (
+    "The latency, throughput and timeline plots appear after the first video of the run finishes. "
+    "Latency runs from pressing Generate to the video in the page."
+)
+FIGURES_NOTE = (
+    "Latency runs from pressing Generate to the video in the page. Time axes count seconds of work in "
+    "flight: idle gaps between runs are left out."
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,7 @@ class GenerateTab:
     status: gr.Markdown  # the status line, also where the Server tab's buttons answer
     guardrails: gr.Checkbox  # the switch, set for each visitor as their page opens (guardrails_switch)
     form: dict[str, gr.Component]  # what History's "use these settings" fills
+    advanced: gr.Accordion  # the fields past prompts, tier and aspect: opened where a value is set there
 
 
 # What a visitor's switch says where the studio keeps the guardrail on for every visitor (visitor_guardrails forced).
@@ -63,6 +76,10 @@ def guardrails_switch(controller: StudioController, visitor: Visitor | None) -> 
     if visitor is not None and not visitor.operator and controller.settings.visitor_guardrails == "forced":
         return gr.Checkbox(value=True, interactive=False, info=GUARDRAILS_FORCED_INFO)
     return gr.Checkbox(interactive=True)
+
+
+# The fields generate_form lays out above the Generate button; more_fields lays out the rest, in the fold.
+FIRST_FIELDS = ("prompts", "tier", "aspect")
 
 
 def generate_form(controller: StudioController) -> dict[str, gr.Component]:
@@ -178,6 +195,7 @@ def image_form(form: dict[str, gr.Component], engine: str) -> None:
 @dataclass(frozen=True)
 class FigurePlots:
     span: gr.Radio  # what they cover: the latest run or the session
+    note: gr.Markdown  # what they show, or when they will show something
     latency: gr.LinePlot
     timeline: gr.BarPlot
     throughput: gr.LinePlot
@@ -195,11 +213,7 @@ def figure_plots() -> FigurePlots:
             scale=0,
             min_width=260,  # its two choices side by side
         )
-        gr.Markdown(
-            "Latency runs from pressing Generate to the video in the page. Time axes count seconds of work in "
-            "flight: idle gaps between runs are left out.",
-            elem_id="figures-note",
-        )
+        note = gr.Markdown(NO_FIGURES, elem_id="figures-note")
     with gr.Row():
         latency = gr.LinePlot(
             x=figures.LATENCY,
@@ -237,13 +251,7 @@ def figure_plots() -> FigurePlots:
         show_label=False,
         elem_id="timeline-plot",
     )
-    return FigurePlots(span, latency, timeline, throughput)
-
-
-def plot_data(data: Any) -> Any:
-    """A frame for a plot, or None where it has nothing to draw: the plot is then emptied, and drawn afresh from
-    the next data, whose phases decide its colours (an empty frame would leave it built without them)."""
-    return None if data.empty else data
+    return FigurePlots(span, note, latency, timeline, throughput)
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,6 +259,7 @@ class GenerateLayout:
     """The tab's components, as laid out; the handlers below read and update them."""
 
     form: dict[str, gr.Component]  # keyed by the fields of handlers.build_spec
+    advanced: gr.Accordion  # every field but FIRST_FIELDS, folded as the page opens
     generate: gr.Button
     cancel_all: gr.Button
     status: gr.Markdown
@@ -264,7 +273,9 @@ class GenerateLayout:
     counts: gr.Markdown
     stats: gr.Dataframe
     requests: gr.Dataframe
-    cancel_id: gr.Textbox
+    cancel_id: gr.Textbox  # hidden: the full id of the request a row names
+    selection: gr.Markdown  # which request that is, in words
+    gallery_note: gr.Markdown  # what to do while there are no videos yet
     cancel_one: gr.Button
     move_up: gr.Button
     move_down: gr.Button
@@ -279,19 +290,25 @@ class GenerateLayout:
 
 
 def generate_layout(controller: StudioController) -> GenerateLayout:
-    """The tab's components, laid out: the form and its buttons beside the selected video and the tiles; below, the
-    statistics, the requests' table and the figures."""
-    with gr.Row():
-        with gr.Column(scale=2):
+    """The tab's components, laid out as a studio's: the form on the left (what every run names and the Generate
+    button in view as the page opens, the other settings below, foldable), the results on the right (how the run
+    stands, the requests being made, the selected video, the finished ones). Below, across: the statistics, the
+    requests' table and the figures. A narrow window stacks the two columns."""
+    with gr.Row(elem_id="generate-columns"):
+        with gr.Column(scale=2, min_width=400, elem_id="generate-form"):
             form = generate_form(controller)
             with gr.Row():
                 generate = gr.Button("Generate", variant="primary", elem_id="generate")
                 cancel_all = gr.Button("Cancel all", variant="stop", elem_id="cancel-all")
+            # Folded as the page opens: the prompt, tier, aspect and Generate button are what a first video needs.
+            with gr.Accordion("Advanced settings", open=False, elem_id="advanced") as advanced:
+                more_fields(controller, form)
+            prompt_examples(controller, form["prompts"])
+        with gr.Column(scale=3, min_width=400, elem_id="generate-results"):
             status = gr.Markdown("", elem_id="status")
             standing = gr.Markdown("", elem_id="standing")
-            more_fields(controller, form)
-            prompt_examples(controller, form["prompts"])
-        with gr.Column(scale=3):
+            gallery_note = gr.Markdown(NO_VIDEOS, elem_id="gallery-note")
+            running = gr.HTML("", elem_id="running")
             video = gr.HTML("", label="Selected video", elem_id="video")
             # A request selected in the table while it is made: its preview forms above, and it can be cancelled.
             cancel_selected = gr.Button(
@@ -299,11 +316,11 @@ def generate_layout(controller: StudioController) -> GenerateLayout:
             )
             details = gr.Markdown("", elem_id="details")
             download = gr.HTML("", elem_id="download")
-            running = gr.HTML("", elem_id="running")
             tiles = gr.Gallery(
-                label="Finished, newest first",
+                label="Finished, newest first (pick one to play it)",
+                visible=False,  # shown with the first video (the line above says what to do until then)
                 columns=3,
-                height=360,
+                height="auto",  # as tall as its tiles, up to page.py's bound
                 allow_preview=False,
                 object_fit="contain",  # each tile in its video's shape, not cropped to a square
                 fit_columns=False,
@@ -321,14 +338,18 @@ def generate_layout(controller: StudioController) -> GenerateLayout:
         elem_id="requests",
         label="Requests",
     )
-    with gr.Row():
-        cancel_id = gr.Textbox(label="Request id (select a row)", elem_id="cancel-id", scale=3)
-        cancel_one = gr.Button("Cancel request", elem_id="cancel-one", scale=1)
+    with gr.Row(equal_height=True, elem_id="request-actions"):
+        # The request a row names, for the buttons beside it: kept out of sight (the line says which it is); the
+        # API's /cancel, /move_up and /move_down take its value as their `request_id`.
+        cancel_id = gr.Textbox(label="Request id", elem_id="cancel-id", visible=False)
+        selection = gr.Markdown(NO_SELECTION, elem_id="selection")
+        cancel_one = gr.Button("Cancel request", elem_id="cancel-one", scale=0, min_width=150, size="sm")
         # A request not yet started: earlier or later in its run (they start in the table's order).
-        move_up = gr.Button("Move up", elem_id="move-up", scale=1, size="sm")
-        move_down = gr.Button("Move down", elem_id="move-down", scale=1, size="sm")
+        move_up = gr.Button("Move up", elem_id="move-up", scale=0, min_width=100, size="sm")
+        move_down = gr.Button("Move down", elem_id="move-down", scale=0, min_width=100, size="sm")
     return GenerateLayout(
         form=form,
+        advanced=advanced,
         generate=generate,
         cancel_all=cancel_all,
         status=status,
@@ -343,6 +364,8 @@ def generate_layout(controller: StudioController) -> GenerateLayout:
         stats=stats,
         requests=requests,
         cancel_id=cancel_id,
+        selection=selection,
+        gallery_note=gallery_note,
         cancel_one=cancel_one,
         move_up=move_up,
         move_down=move_down,
@@ -387,7 +410,11 @@ def selected_area(
                 ui.selected: "",
             }
         return {
-            ui.video: links.player(view.video_path, request, view.request.width / view.request.height),
+            ui.video: previews.player_box(
+                links.player(view.video_path, request, view.request.width / view.request.height),
+                view.request.width,
+                view.request.height,
+            ),
             ui.details: tables.details_markdown(view),
             ui.download: links.download(view.video_path, request, "Download mp4"),
             ui.cancel_selected: gr.update(visible=False),
@@ -422,21 +449,26 @@ def form_field_updates(
         found = handlers.form_problems(controller, {**values, "image": image})
     except ValueError as exc:
         found = {"image": str(exc)}
-    return [field_problem_update(component, base_info[name], found.get(name)) for name, component in ui.form.items()]
+    fields = [field_problem_update(component, base_info[name], found.get(name)) for name, component in ui.form.items()]
+    # A problem in a folded field opens the fold, so that the outlined field is in view.
+    folded = set(found) - set(FIRST_FIELDS)
+    return [*fields, gr.Accordion(open=True) if folded else gr.skip()]
 
 
 def request_row_selected(
     ui: GenerateLayout, controller: StudioController, row: list[Any], request: gr.Request, visitor: Visitor
 ) -> dict[gr.Component, Any]:
-    """A row of the requests' table selected: its full id in the box (the table shows short ones, the box names
-    the request wherever it is used) and the request in the Selected video area, where the visitor may see it."""
+    """A row of the requests' table selected: its full id in the hidden box (the table shows short ones, the box names
+    the request for the buttons beside it), the line saying which it is, and the request in the Selected video
+    area, where the visitor may see it."""
     if not row:
-        return {ui.cancel_id: ""}
+        return {ui.cancel_id: "", ui.selection: NO_SELECTION}
     full = handlers.full_request_id(controller.board, str(row[0]), None if visitor.operator else visitor)
     view = visible_view(controller, full or "", visitor)
     if view is None:
-        return {ui.cancel_id: full or str(row[0])}
-    return {ui.cancel_id: full, **selected_area(ui, controller, view, request, visitor)}
+        return {ui.cancel_id: full or str(row[0]), ui.selection: f"Selected: {markdown_code(row[0])}"}
+    line = tables.selection_line(view)
+    return {ui.cancel_id: full, ui.selection: line, **selected_area(ui, controller, view, request, visitor)}
 
 
 def tile_selected(
@@ -505,13 +537,19 @@ def refresh_updates(
     if finished != shown.finished:
         links = ui.links
         page_figures = figures.page_figures(board, scope, span)
+        tiles = gallery.gallery_items(board.done_newest_first(scope), lambda path: links.url(path, request))
+        # Every plot always gets a frame, empty or not: a plot sent none is taken out of the page, and Gradio's
+        # plot then reads the size of what is gone (an error in the browser). An empty timeline still names every
+        # phase, so that the plot built from it has their colours (figures.timeline_bars).
         updates.update(
             {
                 ui.stats: tables.board_stats_table(board, scope),
-                ui.tiles: gallery.gallery_items(board.done_newest_first(scope), lambda path: links.url(path, request)),
-                ui.plots.latency: plot_data(page_figures.latency),
-                ui.plots.timeline: plot_data(page_figures.timeline),
-                ui.plots.throughput: plot_data(page_figures.throughput),
+                ui.tiles: gr.Gallery(value=tiles, visible=bool(tiles)),
+                ui.gallery_note: gr.Markdown(visible=not tiles),
+                ui.plots.latency: page_figures.latency,
+                ui.plots.timeline: page_figures.timeline,
+                ui.plots.throughput: page_figures.throughput,
+                ui.plots.note: NO_FIGURES if page_figures.empty else FIGURES_NOTE,
                 ui.seen_finished: finished,
             }
         )
@@ -537,7 +575,13 @@ def preview_updates(
         area_digest = digest(f"{area[ui.video]}{area[ui.details]}{forming.state}")
         if area_digest != area_seen:
             updates.update(area)
-    tiles_html = previews.running_tiles(active, no_previews(controller))
+    now = time.time()
+
+    def progress_of(view: RequestView) -> tuple[float, float | None]:
+        progress = controller.board.progress(view, now)  # as the table reckons it: counted down between events
+        return progress.percent, progress.eta_s
+
+    tiles_html = previews.running_tiles(active, no_previews(controller), progress_of)
     tiles_digest = digest(tiles_html)
     if tiles_digest != tiles_seen:
         updates[ui.running] = tiles_html
@@ -552,7 +596,7 @@ def build_generate_tab(
     where their `show` switch says so)."""
     ui = generate_layout(controller)
     wire_generate_tab(ui, controller, access, engine_status, show)
-    return GenerateTab(status=ui.status, guardrails=ui.form["guardrails"], form=ui.form)
+    return GenerateTab(status=ui.status, guardrails=ui.form["guardrails"], form=ui.form, advanced=ui.advanced)
 
 
 def wire_generate_tab(
@@ -583,7 +627,7 @@ def wire_generate_tab(
     base_info = {name: getattr(component, "info", None) for name, component in ui.form.items()}
 
     @ui.generate.click(
-        inputs_kwargs=ui.form, outputs=list(ui.form.values()), api_visibility="private", preprocess=False
+        inputs_kwargs=ui.form, outputs=[*ui.form.values(), ui.advanced], api_visibility="private", preprocess=False
     )
     def on_generate_fields(image: Any = None, **values: Any) -> list[Any]:
         return form_field_updates(controller, ui, base_info, image, values)
@@ -610,7 +654,7 @@ def wire_generate_tab(
 
     area = [ui.video, ui.details, ui.download, ui.cancel_selected, ui.selected]
 
-    @ui.requests.select(outputs=[ui.cancel_id, *area], api_visibility="private")
+    @ui.requests.select(outputs=[ui.cancel_id, ui.selection, *area], api_visibility="private")
     def on_request_select(
         evt: gr.SelectData, request: gr.Request, profile: gr.OAuthProfile | None
     ) -> dict[gr.Component, Any]:
@@ -640,6 +684,8 @@ def wire_generate_tab(
             ui.standing,
             ui.stats,
             ui.tiles,
+            ui.gallery_note,
+            ui.plots.note,
             ui.plots.latency,
             ui.plots.timeline,
             ui.plots.throughput,

@@ -11,16 +11,20 @@ from pydantic import ValidationError
 
 from studio.backend.face import RUN_STATES, RunFilter, StudioController, Visitor
 from studio.tiers import Tier
-from studio.ui import gallery, handlers, tables
+from studio.ui import gallery, handlers, previews, tables
 from studio.ui.file_links import FileLinks
 from studio.ui.identity import MINE, PageAccess
-from studio.ui.markdown import clipped, markdown_text
+from studio.ui.markdown import clipped, markdown_code, markdown_text
 
 REFRESH_S = 2.0
 ANY = "any"
 STATE_CHOICES = [("Any state", ANY), *((state.capitalize(), state) for state in RUN_STATES)]
 TIER_CHOICES = [("Any tier", ANY), *((tier, tier) for tier in get_args(Tier))]
 SEARCH_CHARS = 200  # a search longer than any sensible phrase is cut, not sent to the database whole
+# What the tab says where it has nothing to show yet.
+NO_RUNS = "No runs yet: make a video in the **Generate** tab and its run is listed here."
+NO_MATCH = "No run matches these filters."
+PICK_A_RUN = "Pick a run in the table to see its requests and videos, re-run it or export it."
 
 
 def history_filter(search: Any, state: Any, tier: Any, bench: Any) -> RunFilter:
@@ -45,6 +49,7 @@ class Reuse:
     tabs: gr.Tabs
     generate_tab: str  # its id among `tabs`
     form: dict[str, gr.Component]  # the Generate form, keyed by handlers.build_spec's fields
+    advanced: gr.Accordion  # the form's fold, opened to show the settings it receives
 
 
 def played_requests(requests: list[dict[str, Any]], links: FileLinks, request: gr.Request) -> list[dict[str, Any]]:
@@ -64,6 +69,21 @@ def _caption(r: dict[str, Any]) -> str:
     return f"{clipped(r['prompt'], 50)} · seed {r['seed']}"
 
 
+def runs_note(shown: int, only: RunFilter) -> str:
+    """The line above the runs: what to do, where the table is empty or no run is picked yet."""
+    if shown:
+        return PICK_A_RUN
+    filtered = only.search or only.state or only.tier or only.bench
+    return NO_MATCH if filtered else NO_RUNS
+
+
+def run_line(run_id: str, requests: list[dict[str, Any]], videos: int) -> str:
+    """The run picked, in words: for the buttons below it (re-run, export)."""
+    count = len(requests)
+    made = f"{videos} video{'s' * (videos != 1)}" if videos else "no video"
+    return f"Run {markdown_code(run_id)} · {count} request{'s' * (count != 1)} · {made}"
+
+
 def video_details(r: dict[str, Any]) -> str:
     """A past video's settings as a line of words, for the player's caption."""
     parts = [f"{r['size']}", f"{r['num_frames']} frames", f"seed {r['seed']}"]
@@ -79,7 +99,7 @@ def played_video(links: FileLinks, played: Any, index: Any, request: gr.Request)
     r = played[index]
     width, height = (int(side) for side in str(r["size"]).split("x")) if "x" in str(r["size"]) else (0, 0)
     player = links.player(Path(r["video_path"]), request, width / height if width and height else None)
-    return player, video_details(r)
+    return previews.player_box(player, width, height), video_details(r)
 
 
 async def rerun_run(controller: StudioController, visitor: Visitor, run_id: str) -> str:
@@ -101,7 +121,9 @@ def build_history_tab(
     controller: StudioController, access: PageAccess, show: gr.Radio, opened: Any, reuse: Reuse | None = None
 ) -> None:
     """Past runs of the visitor asking (an operator's `show` switch: everyone's). `opened`: the page's load
-    event, when the table is first read. `reuse`: the Generate form a past video's settings go to."""
+    event, when the table is first read. `reuse`: the Generate form a past video's settings go to. Long by its
+    layout and its listeners, a few lines each: Gradio ties a listener to components declared in the same Blocks, and
+    a listener's signature is its API; the work they do is in the functions above and in handlers.py."""
     links = FileLinks(controller.store.root)
     with gr.Row(elem_id="history-filters", equal_height=True):
         search = gr.Textbox(
@@ -117,11 +139,14 @@ def build_history_tab(
         tables.frame([], tables.HISTORY_COLUMNS), interactive=False, elem_id="history", label="Runs, newest first"
     )
     seen = gr.State(None)
-    run_id = gr.Textbox(label="Run id (select a row)", elem_id="history-run-id")
-    with gr.Row():
-        rerun = gr.Button("Re-run with the same settings", elem_id="history-rerun")
-        export_json = gr.Button("Export JSON", elem_id="history-export-json")
-        export_csv = gr.Button("Export CSV", elem_id="history-export-csv")
+    # The run a row names, for the buttons below: kept out of sight (the line says which it is); the API's /rerun
+    # and /export_* take its value as their `run_id`.
+    run_id = gr.Textbox(label="Run id", elem_id="history-run-id", visible=False)
+    with gr.Row(equal_height=True, elem_id="history-actions"):
+        picked = gr.Markdown(NO_RUNS, elem_id="history-picked")
+        rerun = gr.Button("Re-run with the same settings", elem_id="history-rerun", scale=0, min_width=220, size="sm")
+        export_json = gr.Button("Export JSON", elem_id="history-export-json", scale=0, min_width=120, size="sm")
+        export_csv = gr.Button("Export CSV", elem_id="history-export-csv", scale=0, min_width=120, size="sm")
     export_file = gr.HTML("", elem_id="history-export-file")  # a link through the studio's file route
     status = gr.Markdown("", elem_id="history-status")
     run_requests = gr.Dataframe(
@@ -131,6 +156,7 @@ def build_history_tab(
     # below (no still preview over the others).
     run_videos = gr.Gallery(
         label="Videos of the run (pick one to play it)",
+        visible=False,  # shown once a run with videos is picked
         columns=4,
         fit_columns=False,
         height="auto",  # as tall as the posters, up to page.py's bound
@@ -170,8 +196,8 @@ def build_history_tab(
     # The table is read when the page opens, when `show` or a filter changes and when one of this studio's runs ends.
     @gr.on(
         [opened, gr.Timer(REFRESH_S).tick, show.change, search.submit, state.change, tier.change, bench.change],
-        inputs=[seen, show, *filters],
-        outputs=[history, seen],
+        inputs=[seen, show, *filters, run_id],
+        outputs=[history, seen, picked],
         show_progress="hidden",
         api_visibility="private",
     )
@@ -182,6 +208,7 @@ def build_history_tab(
         state: str,
         tier: str,
         bench: bool,
+        chosen_run: str | None,
         request: gr.Request,
         profile: gr.OAuthProfile | None,
     ) -> dict[gr.Component, Any]:
@@ -190,12 +217,14 @@ def build_history_tab(
         now = (finished_runs(controller), shown, only)
         if visitor is None or now == seen_before:
             # Nothing to send: each output told so (an empty answer is an error of Gradio's, at every tick).
-            return {history: gr.skip(), seen: gr.skip()}
-        return {history: tables.history_table(controller, access.scope(visitor, shown), only), seen: now}
+            return {history: gr.skip(), seen: gr.skip(), picked: gr.skip()}
+        table = tables.history_table(controller, access.scope(visitor, shown), only)
+        # The line over the buttons says what to do until a run is picked; it then names the run.
+        return {history: table, seen: now, picked: gr.skip() if chosen_run else runs_note(len(table), only)}
 
     @history.select(
         inputs=show,
-        outputs=[run_id, run_requests, run_videos, played, played_player, played_details],
+        outputs=[run_id, picked, run_requests, run_videos, played, played_player, played_details],
         api_visibility="private",
     )
     def on_select(
@@ -203,14 +232,15 @@ def build_history_tab(
     ) -> dict[gr.Component, Any]:
         row = evt.row_value or []
         if not row:
-            return {run_id: gr.skip(), run_requests: gr.skip(), run_videos: gr.skip()}
+            return {run_id: gr.skip(), picked: gr.skip(), run_requests: gr.skip(), run_videos: gr.skip()}
         selected = str(row[0])
         requests = handlers.run_requests_flat(controller, selected, scope_of(request, profile, shown))
         shown_videos = played_requests(requests, links, request)
         return {
             run_id: selected,
+            picked: run_line(selected, requests, len(shown_videos)),
             run_requests: tables.decimals(tables.run_request_table(requests)),
-            run_videos: run_posters(shown_videos, links, request),
+            run_videos: gr.Gallery(value=run_posters(shown_videos, links, request), visible=bool(shown_videos)),
             played: shown_videos,
             played_player: "",
             played_details: "",
@@ -268,7 +298,9 @@ def wire_reuse(
     seed_fields = ("seed", "seed_policy")
 
     @use_settings.click(
-        inputs=[run_id, chosen], outputs=[*reuse.form.values(), reuse.tabs, status], api_visibility="private"
+        inputs=[run_id, chosen],
+        outputs=[*reuse.form.values(), reuse.advanced, reuse.tabs, status],
+        api_visibility="private",
     )
     def on_use_settings(
         run: str, past: Any, request: gr.Request, profile: gr.OAuthProfile | None
@@ -283,10 +315,13 @@ def wire_reuse(
         except (ValueError, ValidationError) as exc:
             return {status: f"**cannot use these settings**: {markdown_text(handlers.describe_error(exc))}"}
         updates: dict[gr.Component, Any] = {reuse.form[name]: values[name] for name in fields if name in values}
-        return {**updates, reuse.tabs: gr.Tabs(selected=reuse.generate_tab), status: ""}
+        shown = {reuse.advanced: gr.Accordion(open=True), reuse.tabs: gr.Tabs(selected=reuse.generate_tab)}
+        return {**updates, **shown, status: ""}
 
     @use_seed.click(
-        inputs=chosen, outputs=[*(reuse.form[name] for name in seed_fields), reuse.tabs], api_visibility="private"
+        inputs=chosen,
+        outputs=[*(reuse.form[name] for name in seed_fields), reuse.advanced, reuse.tabs],
+        api_visibility="private",
     )
     def on_use_seed(past: Any, request: gr.Request, profile: gr.OAuthProfile | None) -> dict[gr.Component, Any]:
         access.require(request, profile)
@@ -295,5 +330,6 @@ def wire_reuse(
         return {
             reuse.form["seed"]: str(past["seed"]),
             reuse.form["seed_policy"]: "fixed",
+            reuse.advanced: gr.Accordion(open=True),
             reuse.tabs: gr.Tabs(selected=reuse.generate_tab),
         }

@@ -15,12 +15,17 @@ Other punctuation means nothing to Markdown and is kept as typed, so that a refu
 written: `--max-run-requests`, `it's`, `1.5 s`.
 
 Inside a code span nothing is escaped (a backslash would show): a value shown as code goes through `markdown_code`.
+
+Settings and reports are shown as readable lists (label: value, a Markdown table of two columns), never raw JSON:
+`markdown_pairs`, `markdown_report`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
+from collections.abc import Iterable, Mapping
 
 _MARKUP = re.compile(
     r"[\\`*~\[\]<>&$#+@|]"  # markup wherever it stands
@@ -62,3 +67,67 @@ def clipped(text: str, width: int) -> str:
         return flat
     shortened = textwrap.shorten(flat, width, placeholder=" …")
     return shortened if shortened != "…" and len(shortened) > 2 else flat[: width - 1] + "…"
+
+
+# ---- Readable lists --------------------------------------------------------------------------------
+Value = object
+MISSING = "–"
+
+
+def label_of(key: object) -> str:
+    """A field's name in words: `num_frames` reads "num frames"."""
+    return str(key).replace("_", " ").strip()
+
+
+def value_text(value: Value) -> str:
+    """A value as a cell shows it: yes/no for a flag, a dash for none, a list joined by commas; anything nested as
+    compact JSON in a code span."""
+    if value is None or value == "":
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)) and all(not isinstance(item, (dict, list, tuple)) for item in value):
+        return markdown_text(", ".join(str(item) for item in value)) if value else MISSING
+    if isinstance(value, (dict, list, tuple)):
+        return markdown_code(json.dumps(value, separators=(", ", ": "), default=str)) if value else MISSING
+    return markdown_text(value)
+
+
+def markdown_pairs(pairs: Iterable[tuple[str, Value]], header: tuple[str, str] = ("setting", "value")) -> str:
+    """(label, value) pairs as a two-column Markdown table, one a row under `header`: labels and values are text
+    (each escaped), never markup. Empty where there are none."""
+    rows = [f"| {markdown_text(label)} | {value_text(value)} |" for label, value in pairs]
+    head = f"| {markdown_text(header[0])} | {markdown_text(header[1])} |"
+    return "\n".join([head, "|:--|:--|", *rows]) if rows else ""
+
+
+def flat_pairs(data: Mapping[str, Value], labels: Mapping[str, str] | None = None) -> list[tuple[str, Value]]:
+    """A mapping's items as (label, value) pairs, a nested mapping's (or a list of mappings') items under its label
+    ("nvidia · gpus 0 · name"); `labels` names keys whose words differ from their names."""
+    labels = labels or {}
+    pairs: list[tuple[str, Value]] = []
+    for key, value in data.items():
+        label = labels.get(str(key), label_of(key))
+        if isinstance(value, Mapping) and value:
+            pairs += [(f"{label} · {inner}", item) for inner, item in flat_pairs(value, labels)]
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(item, Mapping) for item in value):
+            for index, item in enumerate(value):
+                pairs += [(f"{label} {index} · {inner}", part) for inner, part in flat_pairs(item, labels)]
+        else:
+            pairs.append((label, value))
+    return pairs
+
+
+def markdown_report(
+    report: Mapping[str, Value], labels: Mapping[str, str] | None = None, header: tuple[str, str] = ("item", "value")
+) -> str:
+    """A nested report (a dict of values and dicts) as readable lists: its plain values in one table, then each
+    nested part under its name in a table of its own."""
+    labels = labels or {}
+    plain = [(key, value) for key, value in report.items() if not isinstance(value, Mapping) or not value]
+    parts = [markdown_pairs(flat_pairs(dict(plain), labels), header)] if plain else []
+    for key, value in report.items():
+        if isinstance(value, Mapping) and value:
+            name = labels.get(str(key), label_of(key))
+            parts.append(f"**{markdown_text(name)}**\n\n{markdown_pairs(flat_pairs(value, labels), header)}")
+    return "\n\n".join(parts)

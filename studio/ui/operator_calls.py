@@ -30,6 +30,11 @@ from studio.ui.identity import PageAccess
 OPERATOR_APIS = frozenset(
     {
         "apply_layout",
+        "ask_apply_layout",
+        "ask_stop_server",
+        "auto_restart",
+        "cancel_apply_layout",
+        "close_stop_question",
         "bench",
         "doctor",
         "plan",

@@ -91,6 +91,18 @@ CSS = """
 #running .running-title { flex-basis: 100%; margin: 0; font-size: var(--text-sm); color: var(--body-text-color-subdued); }
 #running .running-tile { margin: 0; }
 #running figcaption { font-size: 11px; line-height: 1.3; margin-top: 2px; overflow-wrap: anywhere; }
+#running .tile-state { font-size: var(--text-sm); color: var(--body-text-color); }
+#running .tile-progress { height: 4px; margin-top: 3px; background: var(--background-fill-secondary); border-radius: 2px; }
+#running .tile-progress > span { display: block; height: 100%; background: var(--color-accent); border-radius: 2px; }
+/* The selected video, sized to itself by its box (previews.player_box): the player fills the box. */
+.gradio-container .studio-player video { width: 100% !important; }
+/* What to do where there is nothing to show yet; which request or run the buttons beside act on. */
+#gallery-note, #figures-note, #history-picked, #selection { color: var(--body-text-color-subdued); }
+#request-actions, #history-actions { align-items: center; }
+/* Readable lists (markdown.markdown_pairs): a video's settings, the doctor's report, compact as a form's rows. */
+.gradio-container #details table, .gradio-container #doctor-text table { font-size: var(--text-sm); margin: var(--size-1) 0; }
+.gradio-container #details th, .gradio-container #details td,
+.gradio-container #doctor-text th, .gradio-container #doctor-text td { padding: 2px var(--size-2); }
 #running .preview-empty, #video .preview-empty {
     display: flex; align-items: center; justify-content: center; text-align: center; width: 100%;
     background: var(--background-fill-secondary); border: 1px dashed var(--border-color-primary);
@@ -151,9 +163,11 @@ CSS = """
 .gradio-container #gallery .grid-container { --grid-cols: 3 !important; }
 /* A run's videos: the gallery as tall as its tiles, up to a bound (Gradio's "auto" is at least 450 px). */
 .gradio-container #history-gallery .grid-wrap { min-height: 0; max-height: 540px; }
+.gradio-container #gallery .grid-wrap { min-height: 0; max-height: 540px; }
 /* The bench's plots are read, not glanced at: each as wide as its column, all of them shown. */
-.gradio-container #bench-plots .thumbnail-item > img { width: 100%; max-height: none; }
-.gradio-container #bench-plots .grid-wrap { max-height: none; }
+.gradio-container #bench-plots .thumbnail-item > img,
+.gradio-container #bench-plan-plot .thumbnail-item > img { width: 100%; max-height: none; }
+.gradio-container #bench-plots .grid-wrap, .gradio-container #bench-plan-plot .grid-wrap { max-height: none; }
 """
 
 GENERATE_TAB = "generate-tab"  # the Tabs id History switches to when it fills the form
@@ -198,7 +212,11 @@ def build_page(controller: StudioController, access: PageAccess | None = None) -
                 generate_tab = build_generate_tab(controller, access, engine_status, show)
             with gr.Tab("History", id="history-tab"):
                 build_history_tab(
-                    controller, access, show, opened=demo.load, reuse=Reuse(tabs, GENERATE_TAB, generate_tab.form)
+                    controller,
+                    access,
+                    show,
+                    opened=demo.load,
+                    reuse=Reuse(tabs, GENERATE_TAB, generate_tab.form, generate_tab.advanced),
                 )
             with gr.Tab("Bench", id="bench-tab", visible=not operators_only) as bench_tab:
                 build_bench_tab(controller, access, opened=demo.load)

@@ -35,10 +35,32 @@ from studio.config import EMBEDDED_ENGINE, EngineMode, ServerLevers, SharingSett
 from studio.ui import handlers
 from studio.ui.engine_status import engine_summary
 from studio.ui.identity import PageAccess
-from studio.ui.markdown import markdown_code, markdown_text
+from studio.ui.markdown import markdown_code, markdown_report, markdown_text
 
 REFRESH_S = 2.0
 LOG_LINES = 200
+DOCTOR_HINT = "The doctor checks what this machine offers for video generation (Python, torch, GPUs, packages, disk)."
+# The doctor's report in words where a key's name says too little.
+DOCTOR_LABELS = {
+    "vllm_omni_importable": "vllm-omni importable",
+    "vllm_executable": "vllm command",
+    "vllm_note": "vllm note",
+    "outputs_dir": "outputs folder",
+    "disk_free_gib": "disk free (GiB)",
+    "cuda_available": "GPU usable",
+    "memory_total_mib": "memory (MiB)",
+    "memory_used_mib": "memory used (MiB)",
+    "default_model_present": "default model present",
+}
+
+
+def doctor_text(report: Any) -> str:
+    """The doctor's report (doctor.collect_report) as readable lists: label and value, a table per part."""
+    if not isinstance(report, Mapping) or not report:
+        return DOCTOR_HINT
+    return markdown_report(report, DOCTOR_LABELS, header=("checked", "found"))
+
+
 SCALING_EVENTS_SHOWN = 10
 ENDPOINT_COLUMNS = [
     "replica",
@@ -603,7 +625,8 @@ class ServerLayout:
     apply: gr.Button
     sharing_result: gr.Markdown
     doctor: gr.Button
-    doctor_report: gr.JSON
+    doctor_report: gr.JSON  # hidden: what the API's /doctor answers, as data
+    doctor_text: gr.Markdown  # the same report as readable lists
 
 
 def server_layout(settings: StudioSettings) -> ServerLayout:
@@ -652,7 +675,8 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
         apply = gr.Button("Apply", elem_id="sharing-apply")
         sharing_result = gr.Markdown("", elem_id="sharing-result")
     doctor = gr.Button("Run doctor", elem_id="doctor")
-    doctor_report = gr.JSON(label="Doctor", elem_id="doctor-report")
+    doctor_report = gr.JSON(label="Doctor", elem_id="doctor-report", visible=False)
+    doctor_text = gr.Markdown(DOCTOR_HINT, elem_id="doctor-text")
 
     return ServerLayout(
         state=state,
@@ -680,6 +704,7 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
         sharing_result=sharing_result,
         doctor=doctor,
         doctor_report=doctor_report,
+        doctor_text=doctor_text,
     )
 
 
@@ -762,7 +787,7 @@ def wire_server_tab(ui: ServerLayout, controller: StudioController, access: Page
         yield "starting ..."
         yield await start_server(controller)
 
-    @ui.stop.click(outputs=[ui.stop_ask, ui.stop_question], api_visibility="private")
+    @ui.stop.click(outputs=[ui.stop_ask, ui.stop_question], api_name="ask_stop_server", api_visibility="private")
     def on_ask_stop(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[gr.Component, Any]:
         access.require_operator(request, profile, action="stop the servers")
         return {ui.stop_ask: gr.Row(visible=True), ui.stop_question: stop_question(controller)}
@@ -772,7 +797,12 @@ def wire_server_tab(ui: ServerLayout, controller: StudioController, access: Page
         access.require_operator(request, profile, action="stop the servers")
         return await stop_server(controller)
 
-    @gr.on([ui.stop_confirm.click, ui.stop_cancel.click], outputs=ui.stop_ask, api_visibility="private")
+    @gr.on(
+        [ui.stop_confirm.click, ui.stop_cancel.click],
+        outputs=ui.stop_ask,
+        api_name="close_stop_question",
+        api_visibility="private",
+    )
     def on_stop_asked(request: gr.Request, profile: gr.OAuthProfile | None) -> Any:
         access.require_operator(request, profile, action="stop the servers")
         return gr.Row(visible=False)
@@ -783,7 +813,7 @@ def wire_server_tab(ui: ServerLayout, controller: StudioController, access: Page
         yield "restarting with the new settings ..."
         yield await restart_server(controller, values)
 
-    @ui.auto_restart.change(inputs_kwargs={"on": ui.auto_restart}, api_visibility="private")
+    @ui.auto_restart.change(inputs_kwargs={"on": ui.auto_restart}, api_name="auto_restart", api_visibility="private")
     def on_auto_restart(request: gr.Request, profile: gr.OAuthProfile | None, on: bool) -> None:
         access.require_operator(request, profile, action="change auto-restart")
         controller.set_auto_restart(on)
@@ -797,3 +827,7 @@ def wire_server_tab(ui: ServerLayout, controller: StudioController, access: Page
     def on_doctor(request: gr.Request, profile: gr.OAuthProfile | None) -> dict[str, Any]:
         access.require_operator(request, profile, action="run the doctor")
         return collect_report(controller.settings)
+
+    @ui.doctor_report.change(inputs=ui.doctor_report, outputs=ui.doctor_text, api_visibility="private")
+    def on_doctor_report(report: Any) -> str:
+        return doctor_text(report)

@@ -3,7 +3,6 @@ them), plus the few lines of text beside them. No gradio here and no actions (ha
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ from studio.backend.face import (
     latency_parts,
 )
 from studio.tiers import line_aspect
-from studio.ui.markdown import clipped, markdown_code, markdown_text
+from studio.ui.markdown import clipped, markdown_code, markdown_pairs, markdown_text
 
 REQUEST_ROWS = 300
 STATE_LABELS = {
@@ -148,6 +147,15 @@ def request_table(board: RequestBoard, scope: Visitor | None = None, now: float 
     return frame(rows, REQUEST_COLUMNS if scope is not None else EVERYONE_REQUEST_COLUMNS)
 
 
+def selection_line(view: RequestView) -> str:
+    """The request a row of the table names, in words: for the buttons beside the line (cancel, move)."""
+    state = STATE_LABELS.get(view.state, view.state.value)
+    return (
+        f"Selected: {markdown_code(short(view.id))} · {markdown_text(state)} · "
+        f"{markdown_text(clipped(view.request.prompt, 60))}"
+    )
+
+
 def _rounded_parts(parts: LatencyParts) -> list[float | None]:
     """Waiting in the studio, queued at the server, inference, download: the order every table gives them in."""
     return [rounded(value) for value in (parts.studio_wait_s, parts.queue_s, parts.inference_s, parts.download_s)]
@@ -231,8 +239,33 @@ def board_stats_table(board: RequestBoard, scope: Visitor | None = None) -> pd.D
     return stats_table(board.summary(scope), latest)
 
 
+# A request's parameters in the form's words (the rest by their names in words); the prompt heads the details, and
+# width and height are said by its size.
+PARAMETER_LABELS = {
+    "size": "size (width x height)",
+    "num_frames": "frames",
+    "num_inference_steps": "steps",
+    "guidance_scale": "guidance",
+    "negative_prompt": "negative prompt",
+    "input_reference": "image",
+    "image_url": "image URL",
+    "generate_sound": "sound",
+    "extra_params": "engine options",
+}
+PARAMETERS_LEFT_OUT = ("prompt", "width", "height")
+
+
+def parameter_pairs(parameters: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A request's parameters as (label, value) rows, in the order the request gives them."""
+    return [
+        (PARAMETER_LABELS.get(key, key.replace("_", " ")), value)
+        for key, value in parameters.items()
+        if key not in PARAMETERS_LEFT_OUT
+    ]
+
+
 def details_markdown(view: RequestView) -> str:
-    params = json.dumps(view.request.parameters(), indent=1)
+    params = markdown_pairs(parameter_pairs(view.request.parameters()))
     parts = latency_parts(view.timings)
 
     def seconds(value: float | None) -> str:
@@ -244,7 +277,7 @@ def details_markdown(view: RequestView) -> str:
         f"waiting in the studio {seconds(parts.studio_wait_s)} · queue at least {seconds(parts.queue_s)} · "
         f"inference at most {seconds(parts.inference_s)} · download {seconds(parts.download_s)} "
         f"(at the server's side, from sending: {seconds(parts.server_latency_s)}) · "
-        f"seed {view.request.seed} · job {markdown_code(view.job_id) if view.job_id else '–'}\n\n```json\n{params}\n```"
+        f"seed {view.request.seed} · job {markdown_code(view.job_id) if view.job_id else '–'}\n\n{params}"
     )
 
 

@@ -10,6 +10,7 @@ from studio.backend.runs.spec import NO_UPLOAD
 from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
 from tests.integration.test_cosmos_framework import cosmos_server, image_host
+from tests.studio_process import open_advanced
 
 
 def test_a_cosmos_framework_video_made_from_an_image_url_in_the_page_plays(browser, tmp_path):
@@ -20,6 +21,7 @@ def test_a_cosmos_framework_video_made_from_an_image_url_in_the_page_plays(brows
         page = browser.new_page()
         try:
             page.goto(studio.url)
+            open_advanced(page)
             expect(page.locator("#guardrails input")).to_be_disabled(timeout=60_000)
             # The URL field, with the reason there is no upload; no upload.
             expect(page.locator("#image-url")).to_be_visible()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
+from tests.studio_process import open_advanced
 from tests.waiting import wait_for
 
 # The rows of a gr.Dataframe as the page shows them, keyed by its headers (its body is a virtual list of rows).
@@ -27,6 +28,7 @@ def test_copies_at_concurrency_one_count_their_wait_in_the_studio(browser, studi
         page.goto(studio_app.url)
         page.locator("#prompt textarea").fill("a red circle moving left")
         page.locator("#tier").get_by_label("256p").check()
+        open_advanced(page)
         page.locator("#frames input").fill("5")
         page.locator("#steps input").fill("2")
         page.locator("#copies input").fill(str(copies))

@@ -33,7 +33,9 @@ TABLES = """
       || style.overflowWrap === 'anywhere' || style.overflowWrap === 'break-word';
     return breaks || span.scrollWidth > span.clientWidth + 1;
   }).map(span => span.textContent.trim());
-  return {id: owner ? owner.id : '', width: box.clientWidth, content: box.scrollWidth, broken};
+  const columns = [...table.querySelectorAll('th.header-cell')].map(
+    th => th.textContent.trim() + ': ' + Math.round(th.getBoundingClientRect().width));
+  return {id: owner ? owner.id : '', width: box.clientWidth, content: box.scrollWidth, broken, columns};
 })
 """
 FITTED = """
@@ -216,3 +218,48 @@ def test_one_filled_action_in_the_studio_colours(page):
         " - Math.min(...m.slice(0, 3)) > 60; }).map(b => b.id || b.innerText)"
     )
     assert filled == ["generate"], f"filled, coloured buttons on the Generate tab: {filled}"
+
+
+def test_results_sit_beside_the_form_at_a_laptops_width(page):
+    """At 1440 px the form is a column on the left and the results (status, tiles, player) one on the right, as in
+    other studios' pages; the form's first fields and its button stay in view as the page opens."""
+    page.set_viewport_size({"width": WIDTHS[0], "height": HEIGHT})
+    open_tab(page, "Generate")
+    page.evaluate("window.scrollTo(0, 0)")
+    form, results = (page.locator(f"#generate-{part}").bounding_box() for part in ("form", "results"))
+    assert form is not None and results is not None
+    assert results["x"] >= form["x"] + form["width"] - 1, f"the results are not beside the form: {form} {results}"
+    assert abs(results["y"] - form["y"]) <= 2, f"the two columns do not start on one line: {form} {results}"
+    for part in ("status", "gallery", "video"):
+        box = page.locator(f"#{part}").bounding_box()
+        assert box is not None and box["x"] >= results["x"] - 1, f"#{part} is not in the results' column: {box}"
+    for field in ("prompt", "tier", "aspect", "generate"):
+        box = page.locator(f"#{field}").bounding_box()
+        assert box is not None and box["x"] < results["x"], f"#{field} is not in the form's column: {box}"
+        assert box["y"] + box["height"] <= HEIGHT, f"#{field} is below the fold: {box}"
+    # The request a row names is said in words; no box of ids to read.
+    expect(page.locator("#cancel-id")).to_have_count(0)
+    expect(page.locator("#selection")).to_contain_text("Select a request")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_player_is_sized_to_its_video_and_centred(page, width):
+    """The selected video fills no more than twice its own width (larger is only blurred), centred in its column;
+    in Generate and in History."""
+    page.set_viewport_size({"width": width, "height": HEIGHT})
+    for tab, player, tile in (("Generate", "video", "#gallery .thumbnail-item"), ("History", "history-video", None)):
+        open_tab(page, tab)
+        page.locator(tile or "#history-gallery .thumbnail-item").first.click()
+        page.wait_for_function(
+            f"() => {{ const v = document.querySelector('#{player} video'); return v && v.readyState >= 2; }}",
+            timeout=30_000,
+        )
+        box = page.evaluate(
+            f"() => {{ const v = document.querySelector('#{player} video'); const r = v.getBoundingClientRect();"
+            f" const c = document.querySelector('#{player}').getBoundingClientRect();"
+            " return {width: r.width, natural: v.videoWidth, left: r.left - c.left, right: c.right - r.right,"
+            " column: c.width}; }"
+        )
+        assert box["width"] <= 2 * box["natural"] + 1, f"{tab}: the video is drawn past twice its size: {box}"
+        assert box["width"] > box["natural"] - 1 or box["column"] < box["natural"], f"{tab}: drawn small: {box}"
+        assert abs(box["left"] - box["right"]) <= 2, f"{tab}: the player is not centred: {box}"

@@ -10,12 +10,14 @@ from playwright.sync_api import expect
 
 from studio.ui.file_guard import FILES_ROUTE
 from tests.browser.conftest import start_studio, stop_studio
+from tests.studio_process import open_advanced
 from tests.waiting import wait_for
 
 
 def fill_form(page, prompts: str, frames: int, steps: int, copies: int, concurrency: int) -> None:
     page.locator("#prompt textarea").fill(prompts)
     page.locator("#tier").get_by_label("256p").check()
+    open_advanced(page)
     page.locator("#frames input").fill(str(frames))
     page.locator("#steps input").fill(str(steps))
     page.locator("#copies input").fill(str(copies))
@@ -118,9 +120,17 @@ def test_bad_input_gets_a_clear_message(browser, studio_app):
         page.locator("#generate").click()
         page.locator("#status").get_by_text("write at least one prompt").wait_for(timeout=30_000)
         page.locator("#prompt textarea").fill("a blue square")
+        # The advanced fields are folded as the page opens; a problem in one of them unfolds them to show it.
+        expect(page.locator("#frames input")).to_be_hidden()
+        open_advanced(page)
         page.locator("#frames input").fill("100000")
+        page.locator("#advanced").get_by_text("Advanced settings").first.click()
+        expect(page.locator("#frames input")).to_be_hidden()
         page.locator("#generate").click()
         page.locator("#status").get_by_text("frames must be between 5 and 400 for 256p").wait_for(timeout=30_000)
+        expect(page.locator("#frames input")).to_be_visible(timeout=30_000)
+        expect(page.locator("#frames")).to_have_class(re.compile(r"\bfield-problem\b"))
+        open_advanced(page)
         page.locator("#frames input").fill("9")
         page.locator("#seed textarea, #seed input").first.fill("abc")
         page.locator("#generate").click()

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import start_studio, stop_studio
 from tests.browser.test_studio_page import fill_form
+from tests.studio_process import open_advanced
 from tests.waiting import wait_for
 
 ACCOUNTS = {"alice": "alice-pass", "bob": "bob-pass", "olga": "olga-pass"}
@@ -55,6 +56,7 @@ def test_visitors_see_only_their_own_work_and_the_operator_sees_all(browser, stu
     alice = signed_in_page(browser, studio, "alice")
     expect(alice.locator("#who")).to_contain_text("visitor")
     # The studio keeps the guardrail on for visitors (--visitor-guardrails forced): their switch says so.
+    open_advanced(alice)
     expect(alice.locator("#guardrails input")).to_be_disabled(timeout=30_000)
     expect(alice.locator("#guardrails input")).to_be_checked()
     expect(alice.locator("#guardrails")).to_contain_text("its operator decides")
@@ -77,6 +79,7 @@ def test_visitors_see_only_their_own_work_and_the_operator_sees_all(browser, stu
 
     olga = signed_in_page(browser, studio, "olga")
     expect(olga.locator("#who")).to_contain_text("operator")
+    open_advanced(olga)
     expect(olga.locator("#guardrails input")).to_be_enabled()
     expect(olga.get_by_role("tab", name="Server")).to_be_visible()
     assert MARKER not in olga.locator("#requests").inner_text()  # mine, until the operator asks for everyone's

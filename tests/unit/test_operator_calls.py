@@ -144,7 +144,8 @@ def test_an_event_index_is_read_as_gradio_reads_it():
 
 
 def test_the_list_is_the_pages_named_events_that_require_an_operator(tmp_path: Path):
-    """Every event of the page with an API name whose handler refuses visitors is on the list, and nothing else."""
+    """Every event of the page whose handler refuses visitors is on the list by its API name, the private ones (which a
+    program can still call by name or index) too, and nothing else."""
     from studio.backend.controller import StudioController
     from studio.config import StudioSettings
     from studio.ui.page import build_page
@@ -154,9 +155,7 @@ def test_the_list_is_the_pages_named_events_that_require_an_operator(tmp_path: P
     try:
         demo = build_page(controller, PageAccess(AccessPolicy.from_settings(settings)))
         requiring = {
-            fn.api_name
-            for fn in demo.fns.values()
-            if fn.api_visibility != "private" and "require_operator" in getattr(fn.fn, "__code__", None).co_names
+            fn.api_name for fn in demo.fns.values() if "require_operator" in getattr(fn.fn, "__code__", None).co_names
         }
     finally:
         controller.close()
