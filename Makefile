@@ -26,7 +26,7 @@ TEST_WORKERS ?= 2
 
 test: install
 	$(BIN)/ruff check studio tests scripts benchmarks
-	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The real vLLM-Omni server on this machine: its own venv (reused while its requirements are unchanged),
 # then the studio's tests against it.
@@ -40,7 +40,7 @@ test-unit: install
 	$(BIN)/python -m pytest -ra -m unit
 
 test-fast: install
-	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m "not browser"
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not browser"
 
 lint: install
 	$(BIN)/ruff check studio tests scripts benchmarks

@@ -29,7 +29,8 @@ def pytest_collection_modifyitems(config, items):
         if folder in KINDS:
             item.add_marker(getattr(pytest.mark, folder))
     # The files holding a test of minutes go first: on several workers (make test), each is then begun while the
-    # others' short files fill the rest, instead of one worker running it alone at the end.
+    # others' short files fill the rest, instead of one worker running it alone at the end. make test keeps this
+    # order (--no-loadscope-reorder: xdist would otherwise hand out the files with the most tests first).
     long_files = {item.fspath for item in items if item.get_closest_marker("long")}
     items.sort(key=lambda item: item.fspath not in long_files)
 

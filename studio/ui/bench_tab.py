@@ -149,7 +149,7 @@ def build_bench_tab(controller: StudioController, access: PageAccess, opened: An
             interactive=True,
             elem_id="bench-apply-choice",
         )
-        apply = gr.Button("Apply this layout", elem_id="bench-apply", scale=0)
+        apply = gr.Button("Apply this layout", elem_id="bench-apply", scale=0, min_width=200, size="md")
     with gr.Row(visible=False, elem_id="bench-apply-ask") as ask:
         question = gr.Markdown("", elem_id="bench-apply-question")
         confirm = gr.Button("Yes, restart the servers", variant="stop", elem_id="bench-apply-confirm", scale=0)

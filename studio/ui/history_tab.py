@@ -132,7 +132,7 @@ def build_history_tab(
         state = gr.Dropdown(STATE_CHOICES, value=ANY, show_label=False, elem_id="history-state", scale=1, min_width=140)
         tier = gr.Dropdown(TIER_CHOICES, value=ANY, show_label=False, elem_id="history-tier", scale=1, min_width=120)
         bench = gr.Checkbox(False, label="Bench runs", elem_id="history-bench", scale=1, min_width=120)
-        refresh = gr.Button("Refresh", elem_id="history-refresh", scale=0, min_width=100)
+        refresh = gr.Button("Refresh", elem_id="history-refresh", scale=0, min_width=100, size="md")
     filters = [search, state, tier, bench]
     # Built empty (a first value is part of the page every visitor loads); the page's load fills it.
     history = gr.Dataframe(

@@ -633,10 +633,13 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
     """The tab's components: the buttons and state, the settings a restart applies, the replicas, the log, how
     visitors share the servers, and the doctor."""
     state = gr.Markdown(elem_id="server-state")
-    with gr.Row():
-        start = gr.Button("Start", elem_id="server-start")
-        stop = gr.Button("Stop", elem_id="server-stop")
-        restart = gr.Button("Restart (applies the settings below)", elem_id="server-restart")
+    # Buttons as wide as their words, in a row: the state line above says which one is the next step.
+    with gr.Row(elem_id="server-actions"):
+        start = gr.Button("Start", elem_id="server-start", scale=0, min_width=120, size="md")
+        stop = gr.Button("Stop", variant="stop", elem_id="server-stop", scale=0, min_width=120, size="md")
+        restart = gr.Button(
+            "Restart (applies the settings below)", elem_id="server-restart", scale=0, min_width=340, size="md"
+        )
     with gr.Row(visible=False, elem_id="server-stop-ask") as stop_ask:
         stop_question = gr.Markdown("", elem_id="server-stop-question")
         stop_confirm = gr.Button("Yes, stop them", variant="stop", elem_id="server-stop-confirm", scale=0)
@@ -657,10 +660,10 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
         label="Replicas and endpoints",
     )
     scaling = gr.Markdown("", elem_id="server-scaling")
-    with gr.Row():
-        replica = gr.Number(value=0, precision=0, label="Replica", elem_id="replica-index", scale=1)
-        restart_one = gr.Button("Restart replica", elem_id="replica-restart", scale=1)
-        stop_one = gr.Button("Stop replica", elem_id="replica-stop", scale=1)
+    with gr.Row(equal_height=True):
+        replica = gr.Number(value=0, precision=0, label="Replica", elem_id="replica-index", scale=0, min_width=140)
+        restart_one = gr.Button("Restart replica", elem_id="replica-restart", scale=0, min_width=160)
+        stop_one = gr.Button("Stop replica", elem_id="replica-stop", scale=0, min_width=140)
     replica_result = gr.Markdown("", elem_id="replica-result")
     log_tail = gr.Textbox(
         label="Server log (last lines)",
@@ -672,9 +675,9 @@ def server_layout(settings: StudioSettings) -> ServerLayout:
     )
     with gr.Accordion("Sharing: how visitors share the servers (applies at once)", open=False):
         sharing = sharing_form(settings)
-        apply = gr.Button("Apply", elem_id="sharing-apply")
+        apply = gr.Button("Apply", variant="primary", elem_id="sharing-apply", scale=0, min_width=120)
         sharing_result = gr.Markdown("", elem_id="sharing-result")
-    doctor = gr.Button("Run doctor", elem_id="doctor")
+    doctor = gr.Button("Run doctor", elem_id="doctor", scale=0, min_width=140)
     doctor_report = gr.JSON(label="Doctor", elem_id="doctor-report", visible=False)
     doctor_text = gr.Markdown(DOCTOR_HINT, elem_id="doctor-text")
 

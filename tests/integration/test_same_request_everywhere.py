@@ -1,6 +1,6 @@
-"""The page, `omni-studio generate` and `omni-studio bench` send one engine the same request for the same inputs:
-one real embedded engine, behind a proxy that keeps the form of every POST /v1/videos it passes on, and the three
-pointed at it as `--engine remote --url`. What they leave empty takes the remote kind's defaults (RunSpec.resolved:
+"""The page, `omni-studio generate`, `omni-studio bench` and a program through the studio's own /v1/videos send one
+engine the same request for the same inputs: one real embedded engine, behind a proxy that keeps the form of every
+POST /v1/videos it passes on, and the four pointed at it as `--engine remote --url`. What they leave empty takes the remote kind's defaults (RunSpec.resolved:
 Cosmos 3's 189 frames, 35 steps, guidance 6.0, 24 fps), sent as such rather than left to the server."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from studio.backend.servers.supervisor import free_port
 from studio.protocol import RANDOM_SEED_BOUND
 from studio.ui import handlers
 from tests.conftest import engine_settings, start_engine
+from tests.studio_process import start_studio, stop_studio
 from tests.waiting import wait_for, wait_for_async
 
 PROMPT = "a red circle moving left on a white background"
@@ -126,8 +127,32 @@ def test_the_page_generate_and_bench_send_the_same_request(proxy, tmp_path):
         result = studio("bench", *remote, *cells, "--out", str(tmp_path / "bench"))
         assert result.returncode == 0, result.stderr[-3000:]
 
-    sent = {"page": sent_by(proxy, page), "generate": sent_by(proxy, generate), "bench": sent_by(proxy, bench)}
-    assert [len(forms) for forms in sent.values()] == [1, 1, 2]  # the bench: its warm-up request, then the cell's
+    def gateway() -> None:
+        # A program's request to the studio's own port: the prompt and the size of 256p 16:9, the rest its defaults
+        # (a studio on loopback without sign-in: its caller is the person at the keyboard, no key needed).
+        running = start_studio(tmp_path / "gateway", tmp_path / "gateway.log", "--engine", "remote", "--url", proxy.url)
+        try:
+            width, height = tiers.size_for("256p", "16:9")
+            with httpx.Client(base_url=running.url, timeout=60) as http:
+                made = http.post("/v1/videos", files={"prompt": (None, PROMPT), "size": (None, f"{width}x{height}")})
+                assert made.status_code == 200, made.text
+                video = made.json()["id"]
+                done = wait_for(
+                    lambda: http.get(f"/v1/videos/{video}").json()["status"] in ("completed", "failed"),
+                    "the program's video to finish",
+                    240,
+                )
+                assert done and http.get(f"/v1/videos/{video}").json()["status"] == "completed"
+        finally:
+            stop_studio(running)
+
+    sent = {
+        "page": sent_by(proxy, page),
+        "generate": sent_by(proxy, generate),
+        "bench": sent_by(proxy, bench),
+        "gateway": sent_by(proxy, gateway),
+    }
+    assert [len(forms) for forms in sent.values()] == [1, 1, 2, 1]  # the bench: its warm-up request, then the cell's
     forms = [form for each in sent.values() for form in each]
 
     # One request: the same fields, every one but the prompt and the seed's value the same.
@@ -150,4 +175,4 @@ def test_the_page_generate_and_bench_send_the_same_request(proxy, tmp_path):
     assert all(0 <= int(form["seed"]) < RANDOM_SEED_BOUND for form in forms), sent
     # What the engine made is what was asked.
     jobs = httpx.get(f"{proxy.url}/v1/videos", params={"limit": 100}).json()["data"]
-    assert len(jobs) == 4 and all(job["status"] == "completed" and job["num_frames"] == 189 for job in jobs)
+    assert len(jobs) == 5 and all(job["status"] == "completed" and job["num_frames"] == 189 for job in jobs)
