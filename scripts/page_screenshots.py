@@ -16,7 +16,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's root: `studio`, `tests`
 
-from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, open_advanced, start_studio, stop_studio  # noqa: E402
+from tests.studio_process import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    open_advanced,
+    run_small_bench,
+    start_studio,
+    stop_studio,
+)
 
 IMAGES = ROOT / "docs" / "images"
 WIDTH, HEIGHT = 1440, 1000
@@ -46,19 +53,6 @@ def make_one_video(page) -> str:
         "() => { const v = document.querySelector('#video video'); return v && v.readyState >= 2; }", timeout=30_000
     )
     return run_id
-
-
-def run_small_bench(page) -> None:
-    """A bench of two cells (2 requests each, short videos), waited for until it is done: the Bench tab then shows
-    its table, recommendation and plots."""
-    page.get_by_role("tab", name="Bench").click()
-    page.locator("#bench-requests input").fill("2")
-    page.locator("#bench-concurrency textarea, #bench-concurrency input").first.fill("1,2")
-    page.locator("#bench-frames input").fill("5")
-    page.locator("#bench-steps input").fill("2")
-    page.locator("#bench-warmup input").fill("0")
-    page.locator("#bench-run").click()
-    page.locator("#bench-status").get_by_text("done in").wait_for(timeout=300_000)
 
 
 def open_in_history(page, run_id: str) -> None:

@@ -95,3 +95,16 @@ def open_advanced(page) -> None:
     if not field.is_visible():
         page.locator("#advanced").get_by_text("Advanced settings").first.click()
         field.wait_for(state="visible", timeout=30_000)
+
+
+def run_small_bench(page, requests: int = 2, concurrency: str = "1,2") -> None:
+    """A bench of short videos (5 frames, 2 steps, no warm-up) from the Bench tab, waited for until it is done: the
+    tab then shows its table, recommendation and plots."""
+    page.get_by_role("tab", name="Bench").click()
+    page.locator("#bench-requests input").fill(str(requests))
+    page.locator("#bench-concurrency textarea, #bench-concurrency input").first.fill(concurrency)
+    page.locator("#bench-frames input").fill("5")
+    page.locator("#bench-steps input").fill("2")
+    page.locator("#bench-warmup input").fill("0")
+    page.locator("#bench-run").click()
+    page.locator("#bench-status").get_by_text("done in").wait_for(timeout=300_000)

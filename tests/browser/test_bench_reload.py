@@ -8,6 +8,8 @@ import re
 
 from playwright.sync_api import expect
 
+from tests.studio_process import run_small_bench
+
 INTERVAL = re.compile(r"\d\.\d\d \(\d\.\d\d–\d\.\d\d\)")
 
 
@@ -20,13 +22,7 @@ def test_the_last_bench_is_shown_again_after_a_reload(browser, studio_app):
         # The studio runs the embedded engine: its own levers, not vLLM-Omni's serve flags.
         variants = page.locator("#bench-variants textarea")
         expect(variants).to_have_attribute("placeholder", re.compile("--step-cache"))
-        page.locator("#bench-requests input").fill("3")
-        page.locator("#bench-concurrency textarea, #bench-concurrency input").first.fill("1")
-        page.locator("#bench-frames input").fill("5")
-        page.locator("#bench-steps input").fill("2")
-        page.locator("#bench-warmup input").fill("0")
-        page.locator("#bench-run").click()
-        expect(page.locator("#bench-status")).to_contain_text("done in", timeout=240_000)
+        run_small_bench(page, requests=3, concurrency="1")
         expect(page.locator("#bench-summary")).to_contain_text(INTERVAL)
         status = page.locator("#bench-status").inner_text()
 

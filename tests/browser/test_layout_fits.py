@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.browser.test_studio_page import fill_form
+from tests.studio_process import run_small_bench
 
 WIDTHS = (1440, 1024)
 HEIGHT = 900
@@ -92,14 +93,7 @@ def page(browser, studio_app) -> Iterator[Page]:
     expect(page.locator("#status")).to_contain_text("finished: 2 done", timeout=240_000)
     page.locator("#gallery .thumbnail-item").nth(1).wait_for(timeout=30_000)
 
-    page.get_by_role("tab", name="Bench").click()
-    page.locator("#bench-requests input").fill("2")
-    page.locator("#bench-concurrency textarea, #bench-concurrency input").first.fill("1,2")
-    page.locator("#bench-frames input").fill("5")
-    page.locator("#bench-steps input").fill("2")
-    page.locator("#bench-warmup input").fill("0")
-    page.locator("#bench-run").click()
-    expect(page.locator("#bench-status")).to_contain_text("done in", timeout=240_000)
+    run_small_bench(page)
     page.get_by_role("tab", name="Generate").click()
     yield page
     page.close()
