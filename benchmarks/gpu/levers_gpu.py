@@ -1,5 +1,8 @@
 """The engine's speed levers (fp8 matmuls, SageAttention, the step cache, and their combinations) against the
-plain diffusers call and the exact engine, in one run, with fidelity.
+plain diffusers call, the compiled plain call and the exact engine, in one run, with fidelity.
+
+The standard case is Cosmos 3's own clip length: 189 frames at 480p (a request of 74,880 tokens, where attention is
+most of a forward's FLOPs); 720p is run as `--tiers 720p --frames 93`.
 
 Model: benchmarks/harness/wan_model.py's Wan2.1-T2V-1.3B with random weights (its builder). One process: the plain call
 (eager bf16, one request at a time) first; then, for each quantization, one VideoGenerator (compiled blocks, CUDA
@@ -7,13 +10,19 @@ graphs, the engine's kernels) on a transformer loaded with the same weights (the
 shared), warmed at batch 1 for the latency tiers and up to the concurrency for the throughput tier; each
 step-cache policy per request on it (a policy is part of a request's parameters, so one compile serves them all).
 
-- Latency: one request at a time at each of --tiers, as a share of the plain call's median.
+- Latency: one request at a time at each of --tiers, as a share of the plain call's median (after a warm-up call
+  of --plain-warmup-steps) and of the compiled plain call's (`torch.compile(pipe.transformer)`, what a user tries
+  first; compiled by a warm-up call of those steps before it is timed).
+- Breakdown (on a GPU): the exact bf16 engine's request in parts (text encoder, attention, the rest of the
+  transformer, VAE decode; the mp4 encode beside them), and its transformer's achieved TFLOP/s against the bf16
+  matrix-product rate measured in the run (benchmarks/harness/breakdown.py).
 - Throughput: --concurrency clients in a closed loop at --throughput-tier through the engine's JobManager (its
   batching scheduler and mp4 encoding), against the plain call one request after another.
 - Fidelity: every video against the exact bf16 engine's of the same seed and prompt, frame by frame: mean and
   largest difference in uint8 levels, and PSNR. The weights are random, so this is a proxy for a trained model.
 
-    python benchmarks/gpu/levers_gpu.py --out DIR                               # 480p and 720p latency
+    python benchmarks/gpu/levers_gpu.py --out DIR                               # 480p, 189 frames
+    python benchmarks/gpu/levers_gpu.py --out DIR --tiers 720p --frames 93 --no-compiled-plain
     python benchmarks/gpu/levers_gpu.py --out DIR --tiers '' --throughput-tier 256p
     python benchmarks/gpu/levers_gpu.py --out DIR --device cpu --smoke --quantizations bf16   # checks the script
 
@@ -38,9 +47,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
+from benchmarks.harness import breakdown
 from benchmarks.harness.engine_jobs import engine_params, run_engine_closed_loop, submit_and_wait
-from benchmarks.harness.wan_calls import POLICIES, engine_call, plain_call
-from benchmarks.harness.wan_model import TIERS, TINY_TRANSFORMER, WAN_1_3B, build_pipeline
+from benchmarks.harness.wan_calls import POLICIES, engine_call, engine_generate, plain_call
+from benchmarks.harness.wan_model import TIERS, TINY_TRANSFORMER, WAN_1_3B, build_pipeline, matmul_rate
 from benchmarks.harness.wan_vae import fidelity
 from benchmarks.harness.wide_rows import ROW_LIMIT
 from benchmarks.harness.wide_rows import use as use_row_limit
@@ -80,8 +90,8 @@ QUANTIZATIONS = {
     # the served GELU kernel, products accumulated exactly
     "fp8-exact-accum": Variant("fp8", EXACT_ACCUM),
     "fp8-ffn": Variant("fp8", Fp8Options(("ffn",), gelu_kernel=False, fast_accum=False)),
-    # SageAttention in the attention (the sageattention package built for this GPU must be importable, e.g. on
-    # PYTHONPATH as benchmarks/gpu/sage_attention_gpu.py leaves it in /tmp/sage-package)
+    # SageAttention in the attention (on Hopper the engine builds its kernels at the first start, or takes them from
+    # its cache: studio.engine.gpu.sage_build)
     "sage": Variant(attention="sage"),
     "fp8-sage": replace(SERVED_FP8, attention="sage"),  # `--quantization fp8 --attention-backend sage`
     # each norm's rows reduced in registers by the compiled blocks (benchmarks/experiments/wide_rows_gpu.py)
@@ -109,32 +119,94 @@ def fresh_pipeline(pipe: Any, weights: dict[str, torch.Tensor], smoke: bool, dev
     return fresh
 
 
+def compiled_plain(
+    pipe: Any, args: argparse.Namespace, tiers: list[str], repeats: dict[str, int], report: dict[str, Any]
+) -> None:
+    """The plain call with its transformer compiled whole (`torch.compile(pipe.transformer)`, inductor's defaults):
+    compiled by a short call at each tier's shape, then timed; the eager transformer put back after."""
+    eager = pipe.transformer
+    pipe.transformer = torch.compile(eager)
+    started = time.perf_counter()
+    for tier in tiers:
+        plain_call(pipe, args, tier, 0, steps=args.plain_warmup_steps)
+    report["compiled_plain_warmup_s"] = round(time.perf_counter() - started, 1)
+    for tier in tiers:
+        row = report["latency"][tier]
+        times = [plain_call(pipe, args, tier, 1000 + i)[0] for i in range(repeats[tier])]
+        row["compiled_plain_s"] = [round(t, 3) for t in times]
+        row["compiled_plain_median_s"] = statistics.median(times)
+        row["compiled_of_plain"] = round(row["compiled_plain_median_s"] / row["plain_median_s"], 3)
+        print(f"compiled plain {tier}: {times} (compile {report['compiled_plain_warmup_s']} s)", flush=True)
+    pipe.transformer = eager
+    torch.compiler.reset()
+
+
+def request_breakdown(
+    generator: VideoGenerator,
+    pipe: Any,
+    args: argparse.Namespace,
+    tier: str,
+    latency_s: float,
+    stages: dict[str, float],
+    frames: np.ndarray,
+    peak_tflops: float,
+) -> dict[str, Any]:
+    """The engine's exact request at `tier` in parts (benchmarks/harness/breakdown.py)."""
+    width, height = TIERS[tier]
+    config = pipe.transformer.config
+    tokens = breakdown.video_tokens(config, width, height, args.frames)
+    batch = 2 if args.guidance > 1 else 1
+    return breakdown.request_breakdown(
+        latency_s,
+        stages,
+        text_s=breakdown.text_encoder_s(pipe, "a red circle moving left, parts", args.device),
+        attention_forward_s=breakdown.attention_per_forward_s(
+            config, tokens, batch, generator.gpu.attention_kernel, args.device
+        ),
+        forwards=args.steps,
+        encode_s=breakdown.mp4_encode_s(frames),
+        flops=breakdown.forward_flops(config, tokens, batch),
+        peak_flops=peak_tflops * 1e12,
+    ) | {"tokens": tokens, "attention_kernel": generator.gpu.attention_kernel}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true", help="the tiny model, 4 steps: checks the script only")
-    parser.add_argument("--tiers", default="480p,720p", help="latency tiers ('' for none)")
+    parser.add_argument("--tiers", default="480p", help="latency tiers ('' for none)")
     parser.add_argument("--throughput-tier", default="", help="the closed-loop tier ('' for none), e.g. 256p")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--per-client", type=int, default=3)
     parser.add_argument("--serial-repeats", type=int, default=5, help="plain calls one after another (throughput)")
-    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--frames", type=int, default=189, help="Cosmos 3's clip length by default")
+    parser.add_argument("--plain-warmup-steps", type=int, default=2, help="steps of the plain call's warm-up")
+    parser.add_argument(
+        "--compiled-plain", action=argparse.BooleanOptionalAction, default=True, help="the compiled plain call too"
+    )
+    parser.add_argument(
+        "--breakdown", action=argparse.BooleanOptionalAction, default=None, help="the request in parts (GPU only)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--guidance", type=float, default=5.0)
-    parser.add_argument("--repeats", default="480p=2,720p=1", help="timed requests per tier and variant")
+    parser.add_argument("--repeats", default="480p=1,720p=1", help="timed requests per tier and variant")
     parser.add_argument("--quantizations", default="bf16,fp8")
     parser.add_argument("--policies", default="exact,taylor/3")
+    parser.add_argument("--bf16-policies", default=None, help="the bf16 engine's policies (default: --policies)")
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.frames = 4, 5
+    if args.breakdown is None:
+        args.breakdown = not args.smoke
     tiers = [tier for tier in args.tiers.split(",") if tier]
     repeats = {tier: 1 for tier in tiers} | {
         part.split("=")[0]: int(part.split("=")[1]) for part in args.repeats.split(",") if "=" in part
     }
     quantizations = args.quantizations.split(",")
     policies = args.policies.split(",")
-    if quantizations[0] != "bf16" or policies[0] != "exact":
+    bf16_policies = (args.bf16_policies or args.policies).split(",")
+    if quantizations[0] != "bf16" or bf16_policies[0] != "exact":
         parser.error("the first quantization must be bf16 and the first policy exact: they are the reference")
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "latency": {}, "throughput": {}}
@@ -150,11 +222,15 @@ def main() -> int:
     }
     # The plain call first: the engine's set-up changes the modules it is given.
     first_tier = (tiers or [args.throughput_tier])[0]
-    plain_call(pipe, args, first_tier, 0)  # warm-up
+    report["env"]["bf16_matmul_tflops"] = round(matmul_rate(args.device) / 1e12, 1)
+    plain_call(pipe, args, first_tier, 0, steps=args.plain_warmup_steps)  # warm-up
     for tier in tiers:
         times = [plain_call(pipe, args, tier, 1000 + i)[0] for i in range(repeats[tier])]
         report["latency"][tier] = {"plain_s": [round(t, 3) for t in times], "plain_median_s": statistics.median(times)}
         print(f"plain {tier}: {times}", flush=True)
+        save()
+    if tiers and args.compiled_plain:
+        compiled_plain(pipe, args, tiers, repeats, report)
         save()
     if args.throughput_tier:
         tier = args.throughput_tier
@@ -209,12 +285,15 @@ def main() -> int:
         print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
         for tier in tiers:
             row = report["latency"][tier]
-            for policy_name in policies:
+            for policy_name in bf16_policies if quantization == "bf16" else policies:
                 name = f"{quantization} {policy_name}"
                 times, quality = [], []
+                stages = []
                 for i in range(repeats[tier]):
-                    seconds, frames = engine_call(generator, args, tier, 1000 + i, POLICIES[policy_name])
+                    seconds, output = engine_generate(generator, args, tier, 1000 + i, POLICIES[policy_name])
+                    frames = output.frames
                     times.append(seconds)
+                    stages.append({k: round(v, 3) for k, v in output.stage_durations.items()})
                     if name == "bf16 exact":
                         references[(tier, i)] = frames
                     else:
@@ -224,11 +303,21 @@ def main() -> int:
                     "latency_s": [round(t, 3) for t in times],
                     "median_s": round(median, 3),
                     "of_plain": round(median / row["plain_median_s"], 3),
+                    "of_compiled_plain": round(median / row["compiled_plain_median_s"], 3)
+                    if "compiled_plain_median_s" in row
+                    else None,
+                    "stages_s": stages,
                     "transformer_steps": POLICIES[policy_name].computed_count(args.steps),
                     "fidelity_vs_exact": quality,
                 }
                 print(f"{tier} {name}: {row[name]}", flush=True)
                 save()
+                if args.breakdown and policy_name == "exact" and quantization in ("bf16", "fp8-sage", "sage"):
+                    row[f"{name} breakdown"] = request_breakdown(
+                        generator, pipe, args, tier, median, stages[0], frames, report["env"]["bf16_matmul_tflops"]
+                    )
+                    print(f"{tier} {name} breakdown: {row[f'{name} breakdown']}", flush=True)
+                    save()
         if args.throughput_tier:
             manager = JobManager(
                 generator,
@@ -279,12 +368,23 @@ def print_table(report: dict[str, Any], args: argparse.Namespace) -> None:
         print("|---|---|---|---|---|---|")
     for tier, row in report["latency"].items():
         print(f"| {tier} | plain call | {row['plain_median_s']:.2f} | 1.00 | {args.steps} | |")
+        if "compiled_plain_median_s" in row:
+            print(
+                f"| {tier} | plain call, compiled | {row['compiled_plain_median_s']:.2f} | {row['compiled_of_plain']:.3f} "
+                f"| {args.steps} | |"
+            )
         for name, figures in row.items():
-            if isinstance(figures, dict):
+            if isinstance(figures, dict) and "median_s" in figures:
+                compiled = figures.get("of_compiled_plain")
                 print(
-                    f"| {tier} | engine, {name} | {figures['median_s']:.2f} | {figures['of_plain']:.3f} | "
+                    f"| {tier} | engine, {name} | {figures['median_s']:.2f} | {figures['of_plain']:.3f}"
+                    f"{f' ({compiled:.3f} of compiled)' if compiled else ''} | "
                     f"{figures['transformer_steps']} | {_shown(figures['fidelity_vs_exact'])} |"
                 )
+        for name, parts in row.items():
+            if name.endswith("breakdown"):
+                print(f"\n{tier} {name}: shares {parts['share']}; transformer {parts['transformer_tflops']} TFLOP/s")
+                print(f"  = {parts['transformer_of_peak']:.3f} of the measured {parts['peak_tflops']} TFLOP/s")
     throughput = report["throughput"]
     if throughput:
         print(

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from benchmarks.harness.wan_model import TIERS, sync
-from studio.engine.generation_types import GenerationParams
+from studio.engine.generation_types import GenerationOutput, GenerationParams
 from studio.engine.generator import VideoGenerator
 from studio.engine.step_cache import StepCacheMode, StepCachePolicy
 
@@ -24,7 +24,10 @@ POLICIES = {
 }
 
 
-def plain_call(pipe: Any, args: argparse.Namespace, tier: str, seed: int) -> tuple[float, np.ndarray]:
+def plain_call(
+    pipe: Any, args: argparse.Namespace, tier: str, seed: int, steps: int | None = None
+) -> tuple[float, np.ndarray]:
+    """The plain diffusers call, timed on the device; `steps` other than the run's (a short warm-up)."""
     width, height = TIERS[tier]
     sync(args.device)
     started = time.perf_counter()
@@ -34,7 +37,7 @@ def plain_call(pipe: Any, args: argparse.Namespace, tier: str, seed: int) -> tup
             height=height,
             width=width,
             num_frames=args.frames,
-            num_inference_steps=args.steps,
+            num_inference_steps=steps or args.steps,
             guidance_scale=args.guidance,
             generator=torch.Generator("cpu").manual_seed(seed),
             output_type="np",
@@ -44,6 +47,14 @@ def plain_call(pipe: Any, args: argparse.Namespace, tier: str, seed: int) -> tup
 
 
 def engine_call(generator: VideoGenerator, args: argparse.Namespace, tier: str, seed: int, policy: StepCachePolicy):
+    seconds, output = engine_generate(generator, args, tier, seed, policy)
+    return seconds, output.frames
+
+
+def engine_generate(
+    generator: VideoGenerator, args: argparse.Namespace, tier: str, seed: int, policy: StepCachePolicy
+) -> tuple[float, GenerationOutput]:
+    """One video from the engine, timed on the device; its output (frames, and the engine's own stage times)."""
     width, height = TIERS[tier]
     params = GenerationParams(
         prompt=f"a red circle moving left, request {seed}",
@@ -59,4 +70,4 @@ def engine_call(generator: VideoGenerator, args: argparse.Namespace, tier: str, 
     started = time.perf_counter()
     output = generator.generate(params)
     sync(args.device)
-    return time.perf_counter() - started, output.frames
+    return time.perf_counter() - started, output

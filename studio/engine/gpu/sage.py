@@ -2,9 +2,10 @@
 the transformer's attention: a lever that trades a little precision for speed, off unless asked for with
 `--attention-backend sage`.
 
-SageAttention's CUDA kernels are not on the package index for every GPU and CUDA: the `sageattention` package must
-be built for this GPU (its setup.py, or benchmarks/gpu/sage_attention_gpu.py, which builds the Hopper kernels) and be
-importable. Where it is not, the engine refuses to start with it rather than serve exact attention under the
+SageAttention's CUDA kernels are not on the package index (its `sageattention` 1.0.6 is the Triton version, slower
+than cuDNN on Hopper): on a Hopper GPU where no `sageattention` with them is importable, the engine builds them at its
+first start and caches them (studio.engine.gpu.sage_build); on other GPUs the package must be built for the GPU and
+be importable. Where neither holds, the engine refuses to start with it rather than serve exact attention under the
 lever's name. The kernel runs inside the engine's attention op (studio.engine.gpu.kernels.attention_bnhd), so the
 compiled blocks, CUDA graphs and Ulysses take it as they take cuDNN's. It runs in self- and cross-attention alike
 (every attention the engine's processor handles); the fused kernel picked at start serves what that processor
@@ -40,23 +41,35 @@ class SageUnavailable(RuntimeError):
 
 
 def sage_problem(device: str) -> str | None:
-    """None where SageAttention's kernels run on `device`; else why not."""
+    """None where SageAttention's kernels run on `device` (on Hopper, after building them at a first start where no
+    importable package has them); else why not."""
     if device != "cuda" or not torch.cuda.is_available():
         return f"SageAttention needs a CUDA GPU (this engine runs on {device})"
-    try:
-        from sageattention import core
-    except Exception as exc:  # not installed, or built for another torch or CUDA: the import itself says which
-        return (
-            f"the sageattention package cannot be imported ({type(exc).__name__}: {exc}); build it for this GPU "
-            "from github.com/thu-ml/SageAttention"
-        )
     capability = torch.cuda.get_device_capability()
     if capability not in KERNEL_FLAGS:
         return f"SageAttention has no kernel for compute capability {capability[0]}.{capability[1]}"
+    problem = _package_problem(capability)
+    if problem is None or capability != (9, 0):
+        return problem
+    from studio.engine.gpu import sage_build
+
+    try:
+        sage_build.activate(sage_build.hopper_package())
+    except sage_build.SageBuildError as exc:
+        return f"{problem}, and the engine cannot build SageAttention's Hopper kernels here: {exc}"
+    return _package_problem(capability)
+
+
+def _package_problem(capability: tuple[int, int]) -> str | None:
+    """None where the importable `sageattention` has the CUDA kernel of `capability`; else why not."""
+    try:
+        from sageattention import core
+    except Exception as exc:  # not installed, or built for another torch or CUDA: the import itself says which
+        return f"the sageattention package cannot be imported ({type(exc).__name__}: {exc})"
     flag = KERNEL_FLAGS[capability]
     if flag is not None and not getattr(core, flag, False):
         return (
-            f"the sageattention package was built without the kernels of compute capability "
+            f"the importable sageattention package has no kernels of compute capability "
             f"{capability[0]}.{capability[1]} ({flag} is false)"
         )
     return None
