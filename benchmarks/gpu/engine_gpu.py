@@ -8,7 +8,7 @@ Baseline: `pipe(...)` in bf16, eager, one request at a time. Engine: the engine'
 denoising loop, fused classifier-free guidance, cached text embeddings, the fastest attention kernel, the
 transformer's blocks compiled and warmed at start-up) behind its JobManager (batching scheduler, mp4 encoding).
 
-    python benchmarks/gpu/engine_gpu.py --out DIR                 # full run: 256p and 480p (16:9), 33 frames, 20 steps, CFG 5
+    python benchmarks/gpu/engine_gpu.py --out DIR                 # full run: 256p and 480p (16:9), 189 frames, 20 steps, CFG 5
     python benchmarks/gpu/engine_gpu.py --out DIR --smoke         # tiny model, 2 steps: checks the script end to end
     python benchmarks/gpu/engine_gpu.py --out DIR --device cpu --smoke
 
@@ -616,7 +616,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--smoke", action="store_true", help="tiny model and 2 steps: checks the script only")
     parser.add_argument("--tiers", default="256p,480p")
-    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--frames", type=int, default=189, help="Cosmos 3's clip length by default")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--guidance", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3, help="timed requests at concurrency 1 (480p: one fewer)")

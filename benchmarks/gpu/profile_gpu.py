@@ -1,8 +1,8 @@
 """Where the engine's transformer spends its time on a GPU, kernel by kernel, and what the clocks do meanwhile.
 
 One 480p forward (Wan2.1-1.3B's configuration, random weights, classifier-free guidance as a batch of 2,
-33 frames) set up exactly as the engine sets it up (compiled blocks, the chosen attention kernel, fused q/k/v),
-then:
+189 frames by default, Cosmos 3's clip length) set up exactly as the engine sets it up (compiled blocks, the chosen
+attention kernel, fused q/k/v), then:
 
 - its device time per forward (CUDA events over a loop of forwards), as TFLOP/s and as a share of the bf16
   matrix-product rate measured in the same run (burst and sustained);
@@ -316,7 +316,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
     parser.add_argument("--tier", default="480p")
-    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--frames", type=int, default=189, help="Cosmos 3's clip length by default")
     parser.add_argument("--batch", type=int, default=2, help="samples per forward (2: one video with guidance)")
     parser.add_argument("--count", type=int, default=12, help="forwards per timing")
     parser.add_argument("--variants", default="plain,fused")
