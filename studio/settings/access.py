@@ -33,6 +33,12 @@ class AccessSettings(BaseModel):
         description="keys for programs calling the studio's /v1/videos API, one USER:KEY or USER:sha256:HEX per line "
         "(# starts a comment; `omni-studio keys add USER` makes one); a key's user is the account of that name",
     )
+    mcp: bool = Field(
+        title="MCP server",
+        default=False,
+        description="serve the studio as an MCP server too (Gradio's, at /gradio_api/mcp/): tools to make a video, "
+        "follow it and list one's own, each called with the caller's API key (Authorization: Bearer KEY)",
+    )
     operators: Annotated[list[str], NoDecode] = Field(
         title="Operators",
         default_factory=list,

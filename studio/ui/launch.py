@@ -21,6 +21,8 @@ from studio.ui.sign_in_limit import SignInLedger, SignInLimit
 if TYPE_CHECKING:
     import gradio as gr
 
+    from studio.gateway.callers import GatewayAccess
+    from studio.gateway.serving import VideoGateway
     from studio.ui.identity import PageAccess
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -55,27 +57,37 @@ def api_keys(settings: StudioSettings) -> KeyFile | None:
     return KeyFile(settings.api_key_file) if settings.api_key_file is not None else None
 
 
-def gateway_mount(
+def gateway_access(
     controller: StudioController, access: PageAccess, keys: KeyFile | None, ledger: SignInLedger
-) -> Middleware:
-    """vLLM-Omni's video API on the studio's port (studio/gateway/): wrong keys count in the sign-in's ledger. A
-    studio with no sign-in that serves this machine alone takes keyless calls as its operator's, as its page does."""
+) -> GatewayAccess:
+    """Who calls the gateway and the MCP tools: wrong keys count in the sign-in's ledger. A studio with no sign-in
+    that serves this machine alone takes keyless calls as its operator's, as its page does."""
     from studio.gateway.callers import GatewayAccess
-    from studio.gateway.mount import GatewayMount
-    from studio.gateway.routes import build_gateway
-    from studio.gateway.serving import VideoGateway
 
     settings = controller.settings
     local = access.policy.everyone_operator and not settings.share and settings.host in LOOPBACK
-    callers = GatewayAccess(access.policy, keys, ledger, local_operator_without_keys=local)
-    gateway = build_gateway(VideoGateway(controller), callers, client_address, cross_site)
-    return Middleware(GatewayMount, gateway=gateway)
+    return GatewayAccess(access.policy, keys, ledger, local_operator_without_keys=local)
 
 
-def launch_options(controller: StudioController, access: PageAccess, keys: KeyFile | None = None) -> dict[str, Any]:
+def gateway_mount(gateway: VideoGateway, callers: GatewayAccess) -> Middleware:
+    """vLLM-Omni's video API on the studio's port (studio/gateway/)."""
+    from studio.gateway.mount import GatewayMount
+    from studio.gateway.routes import build_gateway
+
+    return Middleware(GatewayMount, gateway=build_gateway(gateway, callers, client_address, cross_site))
+
+
+def launch_options(
+    controller: StudioController,
+    access: PageAccess,
+    gateway: VideoGateway,
+    callers: GatewayAccess,
+    failures: SignInLedger,
+) -> dict[str, Any]:
     """What `launch()` needs beyond host and port: the page's accounts, the studio's own file route, the gateway
-    (`keys`: its API keys), and Gradio kept from the outputs folder, its uploads bounded and its traffic figures
-    off."""
+    (its callers: `callers`), and Gradio kept from the outputs folder, its uploads bounded and its traffic figures
+    off. `failures`: one ledger of failures for the page's passwords and the gateway's keys, so that a guesser gets
+    no more tries by trying both."""
     from studio.ui.crowd_guards import crowd_guards
     from studio.ui.operator_calls import OperatorCalls
     from studio.ui.upload_limit import UploadLedger, upload_caps, upload_limit
@@ -89,9 +101,6 @@ def launch_options(controller: StudioController, access: PageAccess, keys: KeyFi
     )
     # Each visitor's uploads per hour, capped before they are stored (the settings read live); unused ones swept.
     uploads = UploadLedger(lambda: upload_caps(controller.settings))
-    # One ledger of failures for the page's passwords and the gateway's keys: a guesser gets no more tries by
-    # trying both.
-    failures = SignInLedger()
     return {
         "auth": list(access.policy.accounts) or None,
         "auth_message": "Omni Studio: sign in with the account the studio's operator gave you.",
@@ -106,7 +115,7 @@ def launch_options(controller: StudioController, access: PageAccess, keys: KeyFi
         "app_kwargs": {
             "middleware": [
                 crowd.bodies,
-                gateway_mount(controller, access, keys, failures),
+                gateway_mount(gateway, callers),
                 guard,
                 upload_limit(uploads, access),
                 Middleware(SameOriginSignIn),
@@ -121,17 +130,28 @@ def launch_options(controller: StudioController, access: PageAccess, keys: KeyFi
 
 def serve_page(controller: StudioController, access: PageAccess, keys: KeyFile | None = None) -> gr.Blocks:
     """The page built and served on the settings' host and port, without blocking: what `omni-studio ui` runs."""
+    from studio.gateway.serving import VideoGateway
     from studio.ui.page import CSS, build_page, enable_queue
 
     settings = controller.settings
     demo = enable_queue(build_page(controller, access))
+    failures = SignInLedger()
+    gateway, callers = VideoGateway(controller), gateway_access(controller, access, keys, failures)
+    if settings.mcp:
+        from studio.gateway.tools import VideoTools
+        from studio.ui.mcp_tools import add_mcp_tools, use_studio_mcp_server
+
+        follows = lambda: controller.settings.visitor_max_calls_in_flight  # noqa: E731  # read at each call
+        add_mcp_tools(demo, VideoTools(gateway, callers, follows))
+        use_studio_mcp_server()
     # uvicorn believes X-Forwarded-For from exactly the proxies the operator names (by default from none).
     trust_forwarded_from(settings.forwarded_allow_ips)
     demo.launch(
         server_name=settings.host,
         server_port=settings.port,
         share=settings.share,
-        **launch_options(controller, access, keys),
+        **launch_options(controller, access, gateway, callers, failures),
+        mcp_server=settings.mcp,
         css=CSS,
         prevent_thread_lock=True,
         quiet=True,
