@@ -132,6 +132,45 @@ def probe_mp4(path: Path, threads: int = 0, decode: bool = True) -> VideoInfo:
         raise VideoError(f"{path.name} is not a playable video: {exc}") from exc
 
 
+def check_mp4(path: Path) -> VideoInfo:
+    """What a file from elsewhere (a server's download) holds, checked without decoding it all: every packet of its
+    video stream is read, so a file cut short shows (it holds fewer packets than its index lists), and packets are
+    decoded until the first frame comes out, so a stream no decoder takes shows. Its frames are its packets (one
+    each, as H.264 in mp4 holds them). Raises VideoError.
+
+    Decoding every frame (probe_mp4) would spend, on each video, CPU that the studio's own servers may share."""
+    path = Path(path)
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoError(f"{path.name} has no video stream")
+            stream = container.streams.video[0]
+            packets, decoded = 0, False
+            for packet in container.demux(stream):
+                if packet.size == 0:  # the demuxer's flush packet
+                    continue
+                packets += 1
+                if not decoded:
+                    decoded = bool(stream.codec_context.decode(packet))
+            if packets and not decoded:
+                decoded = bool(stream.codec_context.decode(None))  # a decoder holding frames back gives them now
+            if not decoded:
+                raise VideoError(f"{path.name} holds no frame that decodes")
+            if stream.frames and packets < stream.frames:
+                raise VideoError(f"{path.name} is cut short: {packets} of the {stream.frames} frames its index lists")
+            return VideoInfo(
+                width=stream.codec_context.width,
+                height=stream.codec_context.height,
+                num_frames=packets,
+                fps=float(stream.average_rate or 0),
+                codec=stream.codec_context.name,
+                pix_fmt=str(stream.codec_context.pix_fmt),
+                bytes=path.stat().st_size,
+            )
+    except av.FFmpegError as exc:
+        raise VideoError(f"{path.name} is not a playable video: {exc}") from exc
+
+
 def read_frames(path: Path) -> np.ndarray:
     """All frames as uint8 (T, H, W, 3)."""
     with av.open(str(path)) as container:

@@ -3,10 +3,13 @@ and an aborted file is removed."""
 
 from __future__ import annotations
 
+import av
 import numpy as np
 import pytest
 
-from studio.media import Mp4Writer, VideoError, encode_mp4, probe_mp4, read_frames
+from studio.media import Mp4Writer, VideoError, check_mp4, encode_mp4, probe_mp4, read_frames
+
+FASTSTART = {"movflags": "faststart"}
 
 
 def moving_square(frames: int, height: int, width: int) -> np.ndarray:
@@ -66,3 +69,33 @@ def test_the_index_check_counts_the_frames_without_decoding(tmp_path):
     info = writer.close(decode=False)
     assert info.num_frames == 9 and set(writer.close_seconds) == {"flush", "check"}
     assert probe_mp4(tmp_path / "indexed.mp4").num_frames == 9  # the full decode agrees
+
+
+def test_a_downloaded_file_is_checked_by_its_packets_and_its_first_frame(tmp_path):
+    path = tmp_path / "sent.mp4"
+    encode_mp4(moving_square(17, 32, 48), 16, path, threads=1)
+    info = check_mp4(path)
+    assert info.num_frames == probe_mp4(path).num_frames == 17
+    assert (info.width, info.height, info.codec) == (48, 32, "h264")
+
+    # The same stream with its index first (as a server writing "faststart" sends it): cut short, its index still
+    # reads, and the packets missing are what refuse it, never counted as a shorter video.
+    indexed_first = tmp_path / "faststart.mp4"
+    with av.open(str(path)) as source, av.open(str(indexed_first), "w", format="mp4", options=FASTSTART) as copy:
+        stream = copy.add_stream_from_template(source.streams.video[0])
+        for packet in source.demux(source.streams.video[0]):
+            if packet.size:
+                packet.stream = stream
+                copy.mux(packet)
+    assert check_mp4(indexed_first).num_frames == 17
+    for original in (path, indexed_first):
+        whole = original.read_bytes()
+        for kept in (0.3, 0.6, 0.95):
+            cut = tmp_path / f"cut-{kept}-{original.name}"
+            cut.write_bytes(whole[: int(len(whole) * kept)])
+            with pytest.raises(VideoError):
+                check_mp4(cut)
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"\x00\x00\x00\x18ftypisom" + bytes(range(256)) * 40)
+    with pytest.raises(VideoError):
+        check_mp4(garbage)

@@ -16,7 +16,7 @@ from studio.backend.clients.base import JobOutcome
 from studio.backend.runs.request_state import RequestView
 from studio.backend.runs.store import OutputStore
 from studio.backend.visitors import LOCAL_OPERATOR
-from studio.media import VideoError, VideoInfo, probe_mp4
+from studio.media import VideoError, VideoInfo, check_mp4
 
 
 class RunRecorder:
@@ -53,7 +53,7 @@ class RunRecorder:
         removed), or None once it is kept."""
         assert outcome.video_path is not None
         try:
-            info = await asyncio.to_thread(probe_mp4, outcome.video_path)
+            info = await asyncio.to_thread(check_mp4, outcome.video_path)
         except VideoError as exc:
             outcome.video_path.unlink(missing_ok=True)
             return f"the server sent a video that does not play: {exc}"
