@@ -29,7 +29,12 @@ def studio(tmp_path_factory) -> Iterator[tuple[RunningStudio, dict[str, str]]]:
     folder = tmp_path_factory.mktemp("mcp")
     key_file = folder / "keys.txt"
     keys = {user: add_key(key_file, user) for user in USERS}
-    running = start_studio(folder / "outputs", folder / "studio.log", "--mcp", "--api-key-file", str(key_file))
+    # Accounts too: the page's sign-in stands in front of Gradio's routes, and the tools take keys all the same.
+    # (ops, the first, is the operator: alice and bob are visitors.)
+    accounts = [flag for user in ("ops", *USERS) for flag in ("--auth", f"{user}:{user}-pass")]
+    running = start_studio(
+        folder / "outputs", folder / "studio.log", *accounts, "--mcp", "--api-key-file", str(key_file)
+    )
     yield running, keys
     stop_studio(running)
 
