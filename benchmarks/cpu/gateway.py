@@ -176,7 +176,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=35)
     parser.add_argument("--crowd", type=int, default=64, help="the other key's requests queued for the fair share")
     parser.add_argument(
-        "--fair-slots", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8], help="in-flight slots to try"
+        "--fair-slots",
+        type=lambda t: [int(x) for x in t.split(",") if x],
+        default=[1, 8],
+        help="in-flight slots to try ('' for no fair-share run)",
     )
     parser.add_argument("--threads", type=int, default=None, help="engine torch threads")
     parser.add_argument("--out", type=Path, help="where to write the figures as JSON")

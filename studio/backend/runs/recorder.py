@@ -61,7 +61,9 @@ class RunRecorder:
         if asked is not None and info.num_frames != asked:
             outcome.video_path.unlink(missing_ok=True)
             return f"the server sent a video of {info.num_frames} frames, but {asked} were asked"
-        view.sidecar_path = self.store.write_sidecar(outcome.video_path, self._sidecar(view, outcome, info))
+        # Off the event loop: the sidecar is flushed to disk before it is renamed into place.
+        sidecar = self._sidecar(view, outcome, info)
+        view.sidecar_path = await asyncio.to_thread(self.store.write_sidecar, outcome.video_path, sidecar)
         view.video_path = outcome.video_path
         return None
 
