@@ -119,15 +119,7 @@ def probe_mp4(path: Path, threads: int = 0, decode: bool = True) -> VideoInfo:
             stream = container.streams.video[0]
             stream.codec_context.thread_count = threads
             count = sum(1 for _ in container.decode(stream)) if decode else stream.frames
-            return VideoInfo(
-                width=stream.codec_context.width,
-                height=stream.codec_context.height,
-                num_frames=count,
-                fps=float(stream.average_rate or 0),
-                codec=stream.codec_context.name,
-                pix_fmt=str(stream.codec_context.pix_fmt),
-                bytes=path.stat().st_size,
-            )
+            return _info(stream, count, path)
     except av.FFmpegError as exc:
         raise VideoError(f"{path.name} is not a playable video: {exc}") from exc
 
@@ -158,17 +150,22 @@ def check_mp4(path: Path) -> VideoInfo:
                 raise VideoError(f"{path.name} holds no frame that decodes")
             if stream.frames and packets < stream.frames:
                 raise VideoError(f"{path.name} is cut short: {packets} of the {stream.frames} frames its index lists")
-            return VideoInfo(
-                width=stream.codec_context.width,
-                height=stream.codec_context.height,
-                num_frames=packets,
-                fps=float(stream.average_rate or 0),
-                codec=stream.codec_context.name,
-                pix_fmt=str(stream.codec_context.pix_fmt),
-                bytes=path.stat().st_size,
-            )
+            return _info(stream, packets, path)
     except av.FFmpegError as exc:
         raise VideoError(f"{path.name} is not a playable video: {exc}") from exc
+
+
+def _info(stream: av.VideoStream, num_frames: int, path: Path) -> VideoInfo:
+    context = stream.codec_context
+    return VideoInfo(
+        width=context.width,
+        height=context.height,
+        num_frames=num_frames,
+        fps=float(stream.average_rate or 0),
+        codec=context.name,
+        pix_fmt=str(context.pix_fmt),
+        bytes=path.stat().st_size,
+    )
 
 
 def read_frames(path: Path) -> np.ndarray:
