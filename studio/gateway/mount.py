@@ -17,11 +17,15 @@ PREFIX = "/v1"
 FORM_ROUTES = (f"{PREFIX}/videos", f"{PREFIX}/videos/sync")
 
 
-def gateway_path(scope: Scope) -> bool:
+def path_under_root(scope: Scope) -> str:
+    """The request's path under the app's root (a proxy may serve the studio under a prefix)."""
     path = scope.get("path", "")
     root = scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def gateway_path(scope: Scope) -> bool:
+    path = path_under_root(scope)
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 

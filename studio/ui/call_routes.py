@@ -20,6 +20,7 @@ import gradio as gr
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from studio.gateway.mount import path_under_root
 from studio.ui.identity import PageAccess, browser_of
 
 API = "/gradio_api"
@@ -46,11 +47,7 @@ _SESSION_BODY = (f"{API}/cancel", f"{API}/component_server")
 
 def route_path(scope: Scope) -> str:
     """The request's path under the app's root, without a trailing slash (Gradio takes both spellings)."""
-    path = scope.get("path", "")
-    root = scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    return path.rstrip("/") or "/"
+    return path_under_root(scope).rstrip("/") or "/"
 
 
 def route_of(scope: Scope) -> Route:
