@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from studio.backend.servers.launchers import embedded_launch
@@ -67,6 +68,18 @@ def engine(tmp_path_factory) -> Iterator[ManagedServer]:
     server = start_engine(tmp_path_factory.mktemp("engine"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def http(engine) -> Iterator[httpx.Client]:
+    """A plain HTTP client on the session's engine."""
+    with httpx.Client(base_url=engine.base_url, timeout=60) as client:
+        yield client
+
+
+def multipart(**fields: str) -> dict:
+    """Form fields as httpx sends them as multipart/form-data (given as `files`)."""
+    return {name: (None, value) for name, value in fields.items()}
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,9 @@ from studio.media import probe_mp4
 from studio.protocol import JobRecord, JobStatus
 from tests import waiting
 from tests.conftest import API_KEY, MODEL_NAME, SMALL
+from tests.conftest import multipart as form
 
 LONG_JOB = {"prompt": "a long job", "size": "320x192", "num_frames": "33", "num_inference_steps": "200"}
-
-
-def form(**fields: str) -> dict:
-    """As multipart: httpx sends `files` as multipart/form-data."""
-    return {name: (None, value) for name, value in fields.items()}
 
 
 def wait_for(http: httpx.Client, job_id: str, predicate, timeout_s: float = 120.0) -> dict:
@@ -31,12 +27,6 @@ def wait_for(http: httpx.Client, job_id: str, predicate, timeout_s: float = 120.
     return waiting.wait_for(
         reached, f"job {job_id} to reach the expected state", timeout_s, poll_s=0.05, detail=lambda: f"last: {last[0]}"
     )
-
-
-@pytest.fixture
-def http(engine):
-    with httpx.Client(base_url=engine.base_url, timeout=60) as client:
-        yield client
 
 
 def test_health_and_models(http):

@@ -12,17 +12,7 @@ import pytest
 
 from tests import waiting
 from tests.conftest import SMALL
-
-
-def form(**fields: str) -> dict:
-    """As multipart: httpx sends `files` as multipart/form-data."""
-    return {name: (None, value) for name, value in fields.items()}
-
-
-@pytest.fixture
-def http(engine):
-    with httpx.Client(base_url=engine.base_url, timeout=60) as client:
-        yield client
+from tests.conftest import multipart as form
 
 
 def follow(http: httpx.Client, job_id: str, timeout_s: float = 120.0) -> list[dict]:

@@ -10,18 +10,8 @@ import pytest
 from studio.media import probe_mp4
 from studio.protocol import MAX_REQUEST_FRAMES, MAX_STEPS, EngineExtraParams
 from tests.conftest import SMALL
+from tests.conftest import multipart as form
 from tests.waiting import wait_for
-
-
-def form(**fields: str) -> dict:
-    """As multipart: httpx sends `files` as multipart/form-data."""
-    return {name: (None, value) for name, value in fields.items()}
-
-
-@pytest.fixture
-def http(engine):
-    with httpx.Client(base_url=engine.base_url, timeout=60) as client:
-        yield client
 
 
 def finished(http: httpx.Client, job_id: str) -> dict:

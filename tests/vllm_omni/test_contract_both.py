@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from studio.media import probe_mp4
+from tests.conftest import multipart as form
 from tests.conftest import start_engine
 from tests.vllm_omni.conftest import API_KEY
 from tests.waiting import wait_for
@@ -18,10 +19,6 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.timeout(900)
 SMALL = {"prompt": "a red circle", "size": "64x64", "num_frames": "5", "num_inference_steps": "2"}
 LONG = {"prompt": "a long job", "size": "256x256", "num_frames": "33", "num_inference_steps": "40"}
-
-
-def form(**fields: str) -> dict:
-    return {name: (None, value) for name, value in fields.items()}
 
 
 @pytest.fixture(scope="module")
