@@ -37,7 +37,7 @@ test-vllm-omni: install
 
 # The quick ones alone (tests/unit/): in-process, no server, no browser.
 test-unit: install
-	$(BIN)/python -m pytest -ra -m unit
+	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile -m unit
 
 test-fast: install
 	$(BIN)/python -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not browser"
