@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,16 +114,10 @@ def probe_mp4(path: Path, threads: int = 0, decode: bool = True) -> VideoInfo:
     """Decode every frame and report what the file really holds; raises VideoError if it does not decode.
     `decode=False`: the frame count from the file's index, nothing decoded."""
     path = Path(path)
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise VideoError(f"{path.name} has no video stream")
-            stream = container.streams.video[0]
-            stream.codec_context.thread_count = threads
-            count = sum(1 for _ in container.decode(stream)) if decode else stream.frames
-            return _info(stream, count, path)
-    except av.FFmpegError as exc:
-        raise VideoError(f"{path.name} is not a playable video: {exc}") from exc
+    with _video_stream(path) as (container, stream):
+        stream.codec_context.thread_count = threads
+        count = sum(1 for _ in container.decode(stream)) if decode else stream.frames
+        return _info(stream, count, path)
 
 
 def check_mp4(path: Path) -> VideoInfo:
@@ -132,25 +128,32 @@ def check_mp4(path: Path) -> VideoInfo:
 
     Decoding every frame (probe_mp4) would spend, on each video, CPU that the studio's own servers may share."""
     path = Path(path)
+    with _video_stream(path) as (container, stream):
+        packets, decoded = 0, False
+        for packet in container.demux(stream):
+            if packet.size == 0:  # the demuxer's flush packet
+                continue
+            packets += 1
+            if not decoded:
+                decoded = bool(stream.codec_context.decode(packet))
+        if packets and not decoded:
+            decoded = bool(stream.codec_context.decode(None))  # a decoder holding frames back gives them now
+        if not decoded:
+            raise VideoError(f"{path.name} holds no frame that decodes")
+        if stream.frames and packets < stream.frames:
+            raise VideoError(f"{path.name} is cut short: {packets} of the {stream.frames} frames its index lists")
+        return _info(stream, packets, path)
+
+
+@contextmanager
+def _video_stream(path: Path) -> Iterator[tuple[av.container.InputContainer, av.VideoStream]]:
+    """The file opened, with its first video stream; FFmpeg's errors (there or in the caller's reading) as
+    VideoError."""
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoError(f"{path.name} has no video stream")
-            stream = container.streams.video[0]
-            packets, decoded = 0, False
-            for packet in container.demux(stream):
-                if packet.size == 0:  # the demuxer's flush packet
-                    continue
-                packets += 1
-                if not decoded:
-                    decoded = bool(stream.codec_context.decode(packet))
-            if packets and not decoded:
-                decoded = bool(stream.codec_context.decode(None))  # a decoder holding frames back gives them now
-            if not decoded:
-                raise VideoError(f"{path.name} holds no frame that decodes")
-            if stream.frames and packets < stream.frames:
-                raise VideoError(f"{path.name} is cut short: {packets} of the {stream.frames} frames its index lists")
-            return _info(stream, packets, path)
+            yield container, container.streams.video[0]
     except av.FFmpegError as exc:
         raise VideoError(f"{path.name} is not a playable video: {exc}") from exc
 
