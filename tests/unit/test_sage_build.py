@@ -6,6 +6,7 @@ is stood in for where a test needs one."""
 from __future__ import annotations
 
 import json
+import runpy
 import shutil
 import subprocess
 import sys
@@ -189,6 +190,28 @@ def test_a_first_start_builds_from_the_given_source_once_and_says_where(tmp_path
         first = sage_build.hopper_package(root)
     assert built == [source] and "first start only" in caplog.text and str(root) in caplog.text
     assert sage_build.hopper_package(root) == first and len(built) == 1
+
+
+def test_the_build_workers_run_the_builder_by_its_import_name_also_when_it_runs_as_a_script(tmp_path, monkeypatch):
+    # `python -m studio.engine.gpu.sage_build` runs the module as __main__, which a worker process cannot import.
+    as_script = runpy.run_module("studio.engine.gpu.sage_build", run_name="__mp_main__", alter_sys=True)
+    assert as_script["MODULE_NAME"] == "studio.engine.gpu.sage_build"
+    commands = []
+
+    class Worker:
+        def __init__(self, command, **_):
+            commands.append(command)
+
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setattr(sage_build.subprocess, "Popen", Worker)
+    source = fake_source(tmp_path / "src")
+    (source / "csrc" / "dispatch_utils.h").write_text("// the dispatch macros\n")
+    with pytest.raises(SageBuildError, match="building _qattn_sm90 failed"):
+        sage_build.build_package(source, tmp_path / "cache", KEY)
+    assert sorted(command[command.index("--build-one") + 1] for command in commands) == sorted(sage_build.MODULES)
+    assert all(command[1:3] == ["-m", "studio.engine.gpu.sage_build"] for command in commands)
 
 
 def test_no_source_and_no_git_is_refused_with_the_setting_to_give(tmp_path, monkeypatch):

@@ -76,6 +76,10 @@ NARROWED = {"head_dim": "64", "is_causal": "1", "return_lse": "1", "pytorch_dtyp
 INSTANTIATED = "head_dim 128, not causal, no lse, bf16 out"
 
 
+# The workers run this module by its import name: `python -m` names it __main__, which a child cannot import.
+MODULE_NAME = __spec__.name if __spec__ is not None else __name__
+
+
 class SageBuildError(RuntimeError):
     """The Hopper kernels cannot be built or found here; the message says why in a user's words."""
 
@@ -335,7 +339,17 @@ def build_package(source: Path, root: Path, key: BuildKey) -> Path:
     for name in MODULES:
         log_file = (work / f"{name}.log").open("w")
         workers[name] = subprocess.Popen(
-            [sys.executable, "-m", __name__, "--build-one", name, "--source", str(patched), "--build-dir", str(work)],
+            [
+                sys.executable,
+                "-m",
+                MODULE_NAME,
+                "--build-one",
+                name,
+                "--source",
+                str(patched),
+                "--build-dir",
+                str(work),
+            ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "MAX_JOBS": jobs, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, path]))},
