@@ -102,6 +102,9 @@ QUANTIZATIONS = {
     # its cache: studio.engine.gpu.sage_build)
     "sage": Variant(attention="sage"),
     "fp8-sage": replace(SERVED_FP8, attention="sage"),  # `--quantization fp8 --attention-backend sage`
+    # FlashAttention 3's exact Hopper kernel in the attention (built at the first start: studio.engine.gpu.flash3_build)
+    "flash3": Variant(attention="flash3"),
+    "fp8-flash3": replace(SERVED_FP8, attention="flash3"),
     # each norm's rows reduced in registers by the compiled blocks (benchmarks/experiments/wide_rows_gpu.py)
     "bf16-wide-rows": Variant(row_limit=ROW_LIMIT),
     "fp8-wide-rows": replace(SERVED_FP8, row_limit=ROW_LIMIT),
@@ -323,7 +326,7 @@ def main() -> int:
                 }
                 print(f"{tier} {name}: {row[name]}", flush=True)
                 save()
-                if args.breakdown and policy_name == "exact" and quantization in ("bf16", "fp8-sage", "sage"):
+                if args.breakdown and policy_name == "exact" and quantization in ("bf16", "fp8-sage", "sage", "flash3"):
                     row[f"{name} breakdown"] = request_breakdown(
                         generator,
                         pipe,

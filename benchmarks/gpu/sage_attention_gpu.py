@@ -1,11 +1,11 @@
 """Attention kernels at the engine's shapes on Hopper: cuDNN (what the engine and diffusers run, through SDPA, on
-(B, N, H, D) views), SDPA's flash and memory-efficient kernels, and SageAttention (int8 q·k): its Hopper CUDA kernel
-as the engine builds it (`sageattn_qk_int8_pv_fp8_cuda_sm90`, studio.engine.gpu.sage_build) and its Triton kernel (what
-the package index's sageattention 1.0.6 runs).
+(B, N, H, D) views), SDPA's flash and memory-efficient kernels, FlashAttention 3's exact Hopper forward
+(`--attention-backend flash3`), and SageAttention (int8 q·k): its Hopper CUDA kernel (`sageattn_qk_int8_pv_fp8_cuda_sm90`)
+and its Triton kernel (what the package index's sageattention 1.0.6 runs).
 
-The Hopper kernels come from the engine's own builder, as `--attention-backend sage` gets them at a first start:
-from the source tree --source names (else the pinned commit, fetched), cached under $OMNI_STUDIO_SAGE_CACHE; the
-report says whether they were built in this run and in how long.
+The Hopper kernels come from the engine's own builders, as a first start gets them (studio.engine.gpu.sage_build,
+studio.engine.gpu.flash3_build): from the source trees --source and --flash3-source name (else the pinned commits,
+fetched), cached; the report says whether they were built in this run and in how long.
 
 Sage's times include its own quantization of q, k and v (and v's padding to a multiple of 128 tokens): what a call
 costs the engine. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128), several
@@ -13,7 +13,7 @@ sets in turn so the inputs come from memory; the time is the median of triton.te
 float32 attention on the first two heads, ||out - ref|| / ||ref||.
 
 Usage (on an H100/H200):
-    python benchmarks/gpu/sage_attention_gpu.py --source SRC --out DIR [--shapes 480p:189,720p:93]
+    python benchmarks/gpu/sage_attention_gpu.py --source SRC --flash3-source FA_SRC --out DIR [--shapes 480p:189,720p:93]
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
-from studio.engine.gpu import sage_build
+from studio.engine.gpu import flash3_build, kernel_build, sage_build
+from studio.engine.gpu.flash3 import flash3_attention_bnhd
 
 SIZES = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}  # 16:9 (width, height)
 BATCH, HEADS, HEAD_DIM = 2, 12, 128
@@ -44,15 +45,19 @@ def tokens(tier: str, frames: int) -> int:
     return ((frames - 1) // 4 + 1) * (height // 16) * (width // 16)
 
 
-def built_package(source: Path | None) -> dict[str, Any]:
-    """The engine's Hopper build of SageAttention, found in its cache or built now; what it took."""
+def built_package(builder: Any, source: Path | None) -> dict[str, Any]:
+    """The engine's Hopper build of SageAttention or FlashAttention 3 (`builder`: its module), found in its cache or
+    built now; what it took, or why it could not be."""
     if source is not None:
-        os.environ[sage_build.SOURCE_ENV] = str(source)
+        os.environ[builder.SOURCE_ENV] = str(source)
     started = time.perf_counter()
-    entry = sage_build.hopper_package()
-    sage_build.activate(entry)
+    try:
+        entry = builder.hopper_package()
+    except kernel_build.KernelBuildError as exc:  # the other kernels are still timed
+        return {"error": str(exc)}
+    builder.activate(entry)
     info = {"entry": str(entry), "seconds": round(time.perf_counter() - started, 1)}
-    info.update(json.loads((entry / sage_build.MARKER).read_text()))
+    info.update(json.loads((entry / kernel_build.MARKER).read_text()))
     return info
 
 
@@ -102,14 +107,17 @@ def main(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     report["nvcc"] = nvcc[-1] if nvcc else None
-    report["build"] = built_package(args.source)
+    report["build"] = built_package(sage_build, args.source)
     print(f"SageAttention's Hopper kernels: {report['build']}", flush=True)
+    report["flash3_build"] = built_package(flash3_build, args.flash3_source)
+    print(f"FlashAttention 3's Hopper kernel: {report['flash3_build']}", flush=True)
     import sageattention
 
     kernels = {
         "cudnn (the engine's)": sdpa_bnhd("cudnn"),
         "sdpa flash": sdpa_bnhd("flash"),
         "sdpa efficient": sdpa_bnhd("efficient"),
+        "flash attention 3 (exact; the engine's flash3)": flash3_attention_bnhd,
         "sage2 sm90, per-warp scales (the engine's sage)": lambda q, k, v: (
             sageattention.sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="NHD", qk_quant_gran="per_warp")
         ),
@@ -175,6 +183,9 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=None, help="a SageAttention source tree (else the pinned one)")
+    parser.add_argument(
+        "--flash3-source", type=Path, default=None, help="a flash-attention checkout with csrc/cutlass (else pinned)"
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
     parser.add_argument("--shapes", default="480p:189,720p:93", help="TIER:FRAMES,... ('' builds only)")
     raise SystemExit(main(parser.parse_args()))

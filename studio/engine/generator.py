@@ -32,9 +32,10 @@ from studio.engine.device_thread import DeviceThread
 from studio.engine.generation_types import BatchItem, GenerationOutput, GenerationParams, ModelLoadError, ResultCallback
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND
 from studio.engine.gpu.compile_cache import CompileCache
+from studio.engine.gpu.flash3 import Flash3Unavailable
 from studio.engine.gpu.fp8 import Fp8Options, Fp8Unavailable, fp8_available
-from studio.engine.gpu.gpu_setup import GpuSetup
-from studio.engine.gpu.sage import SageUnavailable, sage_problem
+from studio.engine.gpu.gpu_setup import OWN_ATTENTION, GpuSetup
+from studio.engine.gpu.sage import SageUnavailable
 from studio.engine.latent_rgb import LatentRgbMap, map_for_vae
 from studio.engine.loader import PipelineFacts, from_pretrained, set_up_device
 from studio.engine.parallel.leader import FollowerLost, start_leader
@@ -195,16 +196,16 @@ class VideoGenerator:
         forward = TransformerForward(self.pipe)
         if self.gpu.quantization != "none":
             self._check_quantization_runs_here()
-        if self.gpu.sage:
-            self._check_sage_runs_here()
+        if self.gpu.own_attention is not None:
+            self._check_own_attention_runs_here()
         if self.device == "cuda" and self.facts.batched_loop:
             try:
                 self.gpu.apply(self.pipe, forward, self.dtype, cached_backend=cached_backend)
             except Fp8Unavailable as exc:
                 raise ModelLoadError(f"--quantization fp8: {exc}; start it with --quantization none") from exc
-            except SageUnavailable as exc:
+            except (SageUnavailable, Flash3Unavailable) as exc:
                 raise ModelLoadError(
-                    f"--attention-backend sage: {exc}; start it with --attention-backend auto"
+                    f"--attention-backend {self.gpu.own_attention}: {exc}; start it with --attention-backend auto"
                 ) from exc
         if self.gpu.fused_kernels and getattr(self.pipe, "vae", None) is not None:
             # The VAE decode through the fused walk too (each norm, SiLU and causal join in one Triton kernel where
@@ -236,14 +237,18 @@ class VideoGenerator:
                 f"--quantization {self.gpu.quantization}: {problem}; start it with --quantization none"
             )
 
-    def _check_sage_runs_here(self) -> None:
-        """Refuse at load, as for fp8, SageAttention where it cannot run: the engine would serve exact attention."""
-        assert self.facts is not None
-        problem = sage_problem(self.device)
+    def _check_own_attention_runs_here(self) -> None:
+        """Refuse at load, as for fp8, an attention kernel of the engine's own (SageAttention, FlashAttention 3) where
+        it cannot run: the engine would serve another kernel under its name."""
+        assert self.facts is not None and self.gpu.own_attention is not None
+        runs_here, _, name, _ = OWN_ATTENTION[self.gpu.own_attention]
+        problem = runs_here(self.device)
         if problem is None and not self.facts.batched_loop:
-            problem = f"SageAttention runs Wan pipelines on the engine's own loop, not {type(self.pipe).__name__}"
+            problem = f"{name} runs Wan pipelines on the engine's own loop, not {type(self.pipe).__name__}"
         if problem is not None:
-            raise ModelLoadError(f"--attention-backend sage: {problem}; start it with --attention-backend auto")
+            raise ModelLoadError(
+                f"--attention-backend {self.gpu.own_attention}: {problem}; start it with --attention-backend auto"
+            )
 
     @property
     def levers(self) -> dict[str, str]:

@@ -24,7 +24,7 @@ COMMANDS_PAGE = PROJECT_ROOT / "docs" / "cli.md"
 # Where command lines are documented: the README's walk-through, then every docs page (in ```bash blocks).
 DOCUMENTS = [README, *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 PROGRAM = ".venv/bin/omni-studio"
-# fp8 products and SageAttention's kernels need a CUDA GPU (Hopper for the kernels the engine builds).
+# fp8 products, SageAttention's and FlashAttention 3's kernels need a CUDA GPU (Hopper for the kernels the engine builds).
 NEEDS_A_GPU_OR_A_SERVER = (
     "--engine vllm-omni",
     "--engine remote",
@@ -32,6 +32,7 @@ NEEDS_A_GPU_OR_A_SERVER = (
     "--tp",
     "--quantization fp8",
     "--attention-backend sage",
+    "--attention-backend flash3",
 )
 # Commands that serve until stopped: where they answer once ready, and the env that sets their port.
 SERVING = {"ui": ("/", "OMNI_STUDIO_PORT"), "engine": ("/health", "OMNI_STUDIO_ENGINE_PORT")}

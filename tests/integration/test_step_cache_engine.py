@@ -138,12 +138,19 @@ def test_fp8_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
     assert "--quantization fp8: fp8 matmuls need a CUDA GPU" in said and "--quantization none" in said
 
 
+@pytest.mark.parametrize(
+    ("backend", "needs"),
+    [("sage", "SageAttention needs a CUDA GPU"), ("flash3", "FlashAttention 3 needs a CUDA GPU")],
+    ids=["sage", "flash3"],
+)
 @pytest.mark.parametrize("model", [TINY_WAN_DIR, DEFAULT_MODEL_DIR], ids=["tiny-wan", "small-model"])
-def test_sage_attention_is_refused_at_start_where_it_cannot_run(tmp_path, model) -> None:
-    """SageAttention needs a CUDA GPU and its built package: here the engine must refuse it, not serve exact
-    attention under the lever's name."""
-    started = start_engine(tmp_path, model, "--device", "cpu", "--attention-backend", "sage")
+def test_an_attention_kernel_of_the_engines_own_is_refused_at_start_where_it_cannot_run(
+    tmp_path, model, backend, needs
+) -> None:
+    """SageAttention and FlashAttention 3 need a CUDA GPU and their built packages: here the engine must refuse them,
+    not serve another kernel under their name."""
+    started = start_engine(tmp_path, model, "--device", "cpu", "--attention-backend", backend)
     assert started.returncode == 2
     said = started.stdout + started.stderr
-    assert "--attention-backend sage: SageAttention needs a CUDA GPU" in said
+    assert f"--attention-backend {backend}: {needs}" in said
     assert "--attention-backend auto" in said

@@ -193,3 +193,35 @@ def test_sage_attention_runs_through_the_engines_attention_op(
     finally:
         generator.gpu.remove_kernels()
     assert generator.gpu.attention_kernel == "default" and generator.gpu.levers == {}
+
+
+def test_flash_attention_3_runs_through_the_engines_attention_op_and_is_no_lever(
+    generator: VideoGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FlashAttention 3 runs on Hopper GPUs only: this stands in a `flash_attn_interface` module whose
+    `flash_attn_func` keeps the interface's documented contract (q, k, v as (B, N, H, D), the result in the same
+    layout) with exact attention, to check that the engine routes self-attention through it and, exact attention
+    being no lever, names none in its records."""
+    import sys
+    import types
+
+    calls: list[torch.Size] = []
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False, **_):  # type: ignore[no-untyped-def]
+        assert not causal and softmax_scale is None and q.stride(-1) == 1
+        calls.append(q.shape)
+        out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return out.transpose(1, 2)
+
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", types.SimpleNamespace(flash_attn_func=flash_attn_func))
+    generator.gpu.own_attention = "flash3"
+    generator.gpu.install_kernels(generator.pipe)
+    try:
+        assert generator.gpu.installed_kernels is not None and calls, "the start-up check ran no attention through it"
+        assert generator.gpu.attention_kernel == "flash3" and generator.gpu.levers == {}
+        processors = [m.processor for m in generator.pipe.transformer.modules() if type(m).__name__ == "WanAttention"]
+        assert {p.backend for p in processors if isinstance(p, kernels.EngineWanAttnProcessor)} == {"flash3"}
+    finally:
+        generator.gpu.remove_kernels()
+        generator.gpu.own_attention = None
+    assert generator.gpu.attention_kernel == "default"

@@ -11,20 +11,15 @@ import shutil
 import subprocess
 import sys
 import types
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
-from studio.engine.gpu import sage_build
-from studio.engine.gpu.sage_build import (
-    BuildKey,
-    SageBuildError,
-    build_problem,
-    cached_package,
-    narrowed_dispatch,
-    on_current_stream,
-)
+from studio.engine.gpu import kernel_build, sage_build
+from studio.engine.gpu.kernel_build import BuildKey, Pin
+from studio.engine.gpu.sage_build import RECIPE, SageBuildError, narrowed_dispatch, on_current_stream
 
 LAUNCHES = """#include <cuda.h>
 void run() {
@@ -33,7 +28,15 @@ void run() {
   other<<<grid, block, 0, stream>>>(b);
 }
 """
-KEY = BuildKey(torch="2.11.0+cu130", cuda="13.0", commit=sage_build.PINNED_COMMIT)
+KEY = BuildKey(torch="2.11.0+cu130", cuda="13.0", commit=sage_build.PINNED_COMMIT, instantiated=sage_build.INSTANTIATED)
+
+
+def build_problem(*facts):
+    return kernel_build.build_problem(RECIPE, *facts)
+
+
+def cached_package(root, key):
+    return kernel_build.cached_package(RECIPE, root, key)
 
 
 def test_every_launch_goes_to_the_current_stream_and_one_already_on_a_stream_is_kept():
@@ -76,7 +79,7 @@ def test_the_pinned_sources_dispatch_narrows_to_head_dim_128_not_causal_bf16(tmp
 @pytest.mark.parametrize(
     ("facts", "said"),
     [
-        ((None, "13.0", "/usr/bin/nvcc", "13.0"), "need a CUDA GPU"),
+        ((None, "13.0", "/usr/bin/nvcc", "13.0"), "SageAttention's Hopper kernels need a CUDA GPU"),
         (((8, 9), "13.0", "/usr/bin/nvcc", "13.0"), "Hopper (compute capability 9.0) only, and this GPU is 8.9"),
         (((10, 0), "13.0", "/usr/bin/nvcc", "13.0"), "this GPU is 10.0"),
         (((9, 0), None, "/usr/bin/nvcc", "13.0"), "torch was built without CUDA"),
@@ -133,14 +136,14 @@ def stand_in_machine(monkeypatch, capability, nvcc=None, nvcc_cuda=None, torch_c
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: capability)
     monkeypatch.setattr(torch.version, "cuda", torch_cuda)
     monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
-    monkeypatch.setattr(sage_build, "find_nvcc", lambda: nvcc)
-    monkeypatch.setattr(sage_build, "nvcc_release", lambda _: nvcc_cuda)
+    monkeypatch.setattr(kernel_build, "find_nvcc", lambda: nvcc)
+    monkeypatch.setattr(kernel_build, "nvcc_release", lambda _: nvcc_cuda)
 
 
 def test_a_second_start_loads_the_cached_build_without_a_compiler_or_building(tmp_path, monkeypatch):
     stand_in_machine(monkeypatch, (9, 0), nvcc=None)
     monkeypatch.delenv(sage_build.SOURCE_ENV, raising=False)
-    monkeypatch.setattr(sage_build, "build_package", lambda *_: pytest.fail("built again"))
+    monkeypatch.setattr(kernel_build, "build_package", lambda *_: pytest.fail("built again"))
     entry = complete_entry(tmp_path, KEY)
     assert sage_build.hopper_package(tmp_path) == entry
 
@@ -164,14 +167,17 @@ def fake_source(path: Path) -> Path:
 
 def test_a_given_source_is_checked_and_keys_the_build_by_its_contents(tmp_path, monkeypatch):
     monkeypatch.setenv(sage_build.SOURCE_ENV, str(tmp_path / "nothing"))
-    with pytest.raises(SageBuildError, match="is not a SageAttention source tree"):
-        sage_build.given_source()
+    with pytest.raises(SageBuildError, match="is not a source tree of SageAttention's Hopper kernels"):
+        kernel_build.given_source(RECIPE)
     source = fake_source(tmp_path / "src")
     monkeypatch.setenv(sage_build.SOURCE_ENV, str(source))
-    assert sage_build.given_source() == source
-    before = sage_build.source_digest(source)
+    assert kernel_build.given_source(RECIPE) == source
+    before = kernel_build.source_digest(source, RECIPE.digest_folders)
+    (source / "sageattention" / "__pycache__").mkdir()
+    (source / "sageattention" / "__pycache__" / "core.pyc").write_bytes(b"an import of it")
+    assert kernel_build.source_digest(source, RECIPE.digest_folders) == before  # what Python caches is no change
     (source / "csrc" / "fused" / "fused.cu").write_text("// changed\n")
-    assert sage_build.source_digest(source) != before and before.startswith("source-")
+    assert kernel_build.source_digest(source, RECIPE.digest_folders) != before and before.startswith("source-")
 
 
 def test_a_first_start_builds_from_the_given_source_once_and_says_where(tmp_path, monkeypatch, caplog):
@@ -180,13 +186,13 @@ def test_a_first_start_builds_from_the_given_source_once_and_says_where(tmp_path
     monkeypatch.setenv(sage_build.SOURCE_ENV, str(source))
     built = []
 
-    def build(src, root, key):
+    def build(recipe, src, root, key):
         built.append(src)
         return complete_entry(root, key)
 
-    monkeypatch.setattr(sage_build, "build_package", build)
+    monkeypatch.setattr(kernel_build, "build_package", build)
     root = tmp_path / "cache"
-    with caplog.at_level("WARNING", logger=sage_build.__name__):
+    with caplog.at_level("WARNING", logger=kernel_build.__name__):
         first = sage_build.hopper_package(root)
     assert built == [source] and "first start only" in caplog.text and str(root) in caplog.text
     assert sage_build.hopper_package(root) == first and len(built) == 1
@@ -194,8 +200,10 @@ def test_a_first_start_builds_from_the_given_source_once_and_says_where(tmp_path
 
 def test_the_build_workers_run_the_builder_by_its_import_name_also_when_it_runs_as_a_script(tmp_path, monkeypatch):
     # `python -m studio.engine.gpu.sage_build` runs the module as __main__, which a worker process cannot import.
-    as_script = runpy.run_module("studio.engine.gpu.sage_build", run_name="__mp_main__", alter_sys=True)
-    assert as_script["MODULE_NAME"] == "studio.engine.gpu.sage_build"
+    with warnings.catch_warnings():  # runpy's note that the module was imported already: here it is on purpose
+        warnings.simplefilter("ignore", RuntimeWarning)
+        as_script = runpy.run_module("studio.engine.gpu.kernel_build", run_name="__mp_main__", alter_sys=True)
+    assert as_script["MODULE_NAME"] == "studio.engine.gpu.kernel_build"
     commands = []
 
     class Worker:
@@ -205,24 +213,24 @@ def test_the_build_workers_run_the_builder_by_its_import_name_also_when_it_runs_
         def wait(self, timeout=None):
             return 1
 
-    monkeypatch.setattr(sage_build.subprocess, "Popen", Worker)
+    monkeypatch.setattr(kernel_build.subprocess, "Popen", Worker)
     source = fake_source(tmp_path / "src")
     (source / "csrc" / "dispatch_utils.h").write_text("// the dispatch macros\n")
     with pytest.raises(SageBuildError, match="building _qattn_sm90 failed"):
-        sage_build.build_package(source, tmp_path / "cache", KEY)
+        kernel_build.build_package(RECIPE, source, tmp_path / "cache", KEY)
     assert sorted(command[command.index("--build-one") + 1] for command in commands) == sorted(sage_build.MODULES)
-    assert all(command[1:3] == ["-m", "studio.engine.gpu.sage_build"] for command in commands)
+    assert all(command[1:5] == ["-m", "studio.engine.gpu.kernel_build", "--recipe", "sage"] for command in commands)
 
 
 def test_no_source_and_no_git_is_refused_with_the_setting_to_give(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda _: None)
     with pytest.raises(SageBuildError, match=sage_build.SOURCE_ENV):
-        sage_build.fetch_pinned_source(tmp_path)
+        kernel_build.fetch_pinned_source(RECIPE, tmp_path)
 
 
 def test_no_source_and_no_network_is_refused_with_gits_reason(tmp_path):
     with pytest.raises(SageBuildError, match=r"fetching .* failed"):
-        sage_build.fetch_pinned_source(tmp_path, repository=str(tmp_path / "unreachable"))
+        kernel_build.fetch_pinned_source(RECIPE, tmp_path, (Pin(str(tmp_path / "unreachable"), "0" * 40),))
     assert [p.name for p in tmp_path.iterdir()] == []  # nothing half-fetched is left behind
 
 
@@ -241,11 +249,11 @@ def test_the_pinned_commit_is_fetched_once_into_the_cache(tmp_path):
     (upstream / "csrc" / "fused" / "fused.cu").write_text("// later\n")
     git(upstream, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "later")
     root = tmp_path / "cache"
-    fetched = sage_build.fetch_pinned_source(root, commit=pinned, repository=f"file://{upstream}")
+    fetched = kernel_build.fetch_pinned_source(RECIPE, root, (Pin(f"file://{upstream}", pinned),))
     assert (fetched / "csrc" / "fused" / "fused.cu").read_text() == "// csrc/fused/fused.cu\n"
     assert git(fetched, "rev-parse", "HEAD") == pinned
     shutil.rmtree(upstream)  # a second start needs no network
-    assert sage_build.fetch_pinned_source(root, commit=pinned, repository=f"file://{upstream}") == fetched
+    assert kernel_build.fetch_pinned_source(RECIPE, root, (Pin(f"file://{upstream}", pinned),)) == fetched
 
 
 def test_the_built_package_is_imported_in_place_of_one_imported_before(tmp_path, monkeypatch):

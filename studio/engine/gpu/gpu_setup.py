@@ -11,12 +11,20 @@ import torch
 from studio.engine.gpu import fp8, kernels
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
 from studio.engine.gpu.compile_fixes import keep_cached_kernel_tuning
+from studio.engine.gpu.flash3 import FLASH3_SETTING, Flash3Unavailable, flash3_problem
 from studio.engine.gpu.graphs import Forward, GraphedForward
 from studio.engine.gpu.sage import MAX_SAGE_FORWARD_DIFFERENCE, SAGE_SETTING, SageUnavailable, sage_problem
 
 log = logging.getLogger(__name__)
 
 COMPILE_CHOICES = ("off", "blocks", "full")
+# Attention kernels that run inside the engine's own attention op (not diffusers backends): each one's check of
+# whether it runs here, the error its refusal raises, its name in messages, and how far a forward with it may differ
+# from one without (None: as for any of the engine's kernels).
+OWN_ATTENTION = {
+    SAGE_SETTING: (sage_problem, SageUnavailable, "SageAttention", MAX_SAGE_FORWARD_DIFFERENCE),
+    FLASH3_SETTING: (flash3_problem, Flash3Unavailable, "FlashAttention 3", None),
+}
 
 
 class GpuSetup:
@@ -42,9 +50,10 @@ class GpuSetup:
         self.device = device
         self.compile = compile
         self.compile_mode = compile_mode or None
-        # "sage": SageAttention in the attention the engine's kernels run, the fastest fused kernel for the rest.
-        self.sage = attention_backend == SAGE_SETTING
-        self.attention_backend_setting = "auto" if self.sage else attention_backend
+        # "sage", "flash3": that kernel in the attention the engine's kernels run, the fastest fused kernel for
+        # the rest (what the engine's processor leaves to diffusers).
+        self.own_attention: str | None = attention_backend if attention_backend in OWN_ATTENTION else None
+        self.attention_backend_setting = "auto" if self.own_attention else attention_backend
         self.attention_backend: str | None = None  # what was applied (a diffusers backend name)
         self.cuda_graphs = cuda_graphs and device == "cuda"
         self.graphs: GraphedForward | None = None  # the transformer's forward, replayed as CUDA graphs
@@ -67,8 +76,10 @@ class GpuSetup:
         one the model was loaded in; `cached_backend` the fastest kernel as an earlier start on this machine
         measured it (studio.engine.gpu.compile_cache), which spares the timing."""
         transformer = pipe.transformer
-        if self.sage and (problem := sage_problem(self.device)) is not None:
-            raise SageUnavailable(problem)
+        if self.own_attention is not None:
+            runs_here, unavailable, _, _ = OWN_ATTENTION[self.own_attention]
+            if (problem := runs_here(self.device)) is not None:
+                raise unavailable(problem)
         if hasattr(transformer, "fuse_qkv_projections"):
             try:
                 transformer.fuse_qkv_projections()
@@ -86,9 +97,10 @@ class GpuSetup:
             self.attention_backend = backend
         if self.fused_kernels:
             self.install_kernels(pipe)
-        if self.sage and self.installed_kernels is None:
-            raise SageUnavailable(
-                "SageAttention runs inside the engine's own attention kernel, which is not in use here "
+        if self.own_attention is not None and self.installed_kernels is None:
+            _, unavailable, name, _ = OWN_ATTENTION[self.own_attention]
+            raise unavailable(
+                f"{name} runs inside the engine's own attention kernel, which is not in use here "
                 + ("(--no-fused-kernels)" if not self.fused_kernels else "(its start-up check failed: see the log)")
             )
         if self.quantization == "fp8":
@@ -143,8 +155,10 @@ class GpuSetup:
             or self.attention_backend not in SDPA_KERNEL_OF_BACKEND
         ):
             return
-        if self.sage:
-            installed = kernels.install_checked(transformer, "sage", self.device, MAX_SAGE_FORWARD_DIFFERENCE)
+        if self.own_attention is not None and (limit := OWN_ATTENTION[self.own_attention][3]) is not None:
+            installed = kernels.install_checked(transformer, self.own_attention, self.device, limit)
+        elif self.own_attention is not None:
+            installed = kernels.install_checked(transformer, self.own_attention, self.device)
         else:
             installed = kernels.install_checked(transformer, self.attention_kernel, self.device)
         if installed is not None:
@@ -153,9 +167,18 @@ class GpuSetup:
     @property
     def attention_kernel(self) -> str:
         """The kernel self-attention runs on, as studio.engine.gpu.kernels names it."""
-        if self.sage and self.installed_kernels is not None:
-            return "sage"
+        if self.own_attention is not None and self.installed_kernels is not None:
+            return self.own_attention
         return SDPA_KERNEL_OF_BACKEND.get(self.attention_backend, "default")
+
+    @property
+    def sage(self) -> bool:
+        """SageAttention asked for (8-bit attention: a lever a job's record names while it is in force)."""
+        return self.own_attention == SAGE_SETTING
+
+    @sage.setter
+    def sage(self, asked: bool) -> None:
+        self.own_attention = SAGE_SETTING if asked else None
 
     @property
     def levers(self) -> dict[str, str]:

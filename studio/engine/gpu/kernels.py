@@ -29,8 +29,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# "sage": SageAttention's 8-bit kernel (studio.engine.gpu.sage), a lossy lever; the others are SDPA's.
-SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math", "default", "sage")
+# "sage": SageAttention's 8-bit kernel (studio.engine.gpu.sage), a lossy lever; "flash3": FlashAttention 3's exact
+# Hopper kernel (studio.engine.gpu.flash3); the others are SDPA's.
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math", "default", "sage", "flash3")
 # The kernels change only the order of a few roundings: a forward with them must match the plain one to within
 # this share of its largest output value.
 MAX_KERNEL_DIFFERENCE = 0.02
@@ -221,6 +222,10 @@ def attention_bnhd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: s
         from studio.engine.gpu.sage import sage_attention_bnhd
 
         return sage_attention_bnhd(q, k, v).contiguous()
+    if backend == "flash3":
+        from studio.engine.gpu.flash3 import flash3_attention_bnhd
+
+        return flash3_attention_bnhd(q, k, v).contiguous()
 
     kernels = {
         "cudnn": SDPBackend.CUDNN_ATTENTION,
