@@ -3,8 +3,8 @@
 #   1. SageAttention's and FlashAttention 3's Hopper kernels, built by the engine's builders on the CPU while the
 #      plain calls run on the GPU;
 #   2. the levers at 480p, 189 frames: the plain call, the compiled plain call, the exact bf16 engine (with its
-#      request in parts) on cuDNN's attention and on FlashAttention 3's, fp8 products with 8-bit attention, each
-#      exact and with the step cache (interval 3);
+#      request in parts) on cuDNN's attention and on FlashAttention 3's, fp8 products with 8-bit attention exact and
+#      with the step cache (interval 3);
 #   3. the attention kernels alone at 480p/189 and 720p/93;
 #   4. the levers at 720p, 93 frames (the plain call, the exact engine on both kernels, 8-bit attention, with and
 #      without the cache).
@@ -24,7 +24,8 @@ build=$!
 
 stamp "levers 480p 189"
 python3 benchmarks/gpu/levers_gpu.py --out "$out/levers_480p" --tiers 480p --frames 189 \
-    --quantizations bf16,flash3,fp8-sage --bf16-policies exact --policies exact,taylor/3 >"$out/levers_480p.log" 2>&1
+    --quantizations bf16,flash3,fp8-sage --bf16-policies exact --policies-of flash3=exact --policies exact,taylor/3 \
+    >"$out/levers_480p.log" 2>&1
 wait "$build"
 stamp "kernel builds exit $?"
 
@@ -33,5 +34,6 @@ python3 benchmarks/gpu/sage_attention_gpu.py --out "$out/kernels" --shapes 480p:
 
 stamp "levers 720p 93"
 python3 benchmarks/gpu/levers_gpu.py --out "$out/levers_720p" --tiers 720p --frames 93 --no-compiled-plain \
-    --quantizations bf16,flash3,fp8-sage --bf16-policies exact --policies exact,taylor/3 >"$out/levers_720p.log" 2>&1
+    --quantizations bf16,flash3,fp8-sage --bf16-policies exact --policies-of flash3=exact --policies exact,taylor/3 \
+    >"$out/levers_720p.log" 2>&1
 stamp "done"

@@ -205,6 +205,13 @@ def main() -> int:
     parser.add_argument("--quantizations", default="bf16,fp8")
     parser.add_argument("--policies", default="exact,taylor/3")
     parser.add_argument("--bf16-policies", default=None, help="the bf16 engine's policies (default: --policies)")
+    parser.add_argument(
+        "--policies-of",
+        action="append",
+        default=[],
+        metavar="VARIANT=POLICIES",
+        help="one variant's policies instead of --policies, e.g. flash3=exact (may be repeated)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.frames = 4, 5
@@ -217,6 +224,9 @@ def main() -> int:
     quantizations = args.quantizations.split(",")
     policies = args.policies.split(",")
     bf16_policies = (args.bf16_policies or args.policies).split(",")
+    policies_of = {"bf16": bf16_policies} | {
+        variant: chosen.split(",") for variant, _, chosen in (item.partition("=") for item in args.policies_of)
+    }
     if quantizations[0] != "bf16" or bf16_policies[0] != "exact":
         parser.error("the first quantization must be bf16 and the first policy exact: they are the reference")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -299,7 +309,7 @@ def main() -> int:
         print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
         for tier in tiers:
             row = report["latency"][tier]
-            for policy_name in bf16_policies if quantization == "bf16" else policies:
+            for policy_name in policies_of.get(quantization, policies):
                 name = f"{quantization} {policy_name}"
                 times, quality = [], []
                 stages = []
