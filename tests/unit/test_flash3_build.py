@@ -73,7 +73,7 @@ def test_the_assembled_package_imports_as_flash_attention_3s_interface_says(tmp_
 @pytest.mark.parametrize(
     ("facts", "said"),
     [
-        ((None, "13.0", "/usr/bin/nvcc", "13.0"), "FlashAttention 3's Hopper kernel need a CUDA GPU"),
+        ((None, "13.0", "/usr/bin/nvcc", "13.0"), "building FlashAttention 3's Hopper kernel needs a CUDA GPU"),
         (((8, 0), "13.0", "/usr/bin/nvcc", "13.0"), "for Hopper (compute capability 9.0) only, and this GPU is 8.0"),
         (((9, 0), "13.0", None, None), "needs CUDA's compiler (nvcc) of CUDA 13.x"),
         (((9, 0), "13.0", "/opt/cuda12/bin/nvcc", "12.8"), "is CUDA 12.8 and torch was built with CUDA 13.0"),

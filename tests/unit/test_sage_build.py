@@ -79,7 +79,7 @@ def test_the_pinned_sources_dispatch_narrows_to_head_dim_128_not_causal_bf16(tmp
 @pytest.mark.parametrize(
     ("facts", "said"),
     [
-        ((None, "13.0", "/usr/bin/nvcc", "13.0"), "SageAttention's Hopper kernels need a CUDA GPU"),
+        ((None, "13.0", "/usr/bin/nvcc", "13.0"), "building SageAttention's Hopper kernels needs a CUDA GPU"),
         (((8, 9), "13.0", "/usr/bin/nvcc", "13.0"), "Hopper (compute capability 9.0) only, and this GPU is 8.9"),
         (((10, 0), "13.0", "/usr/bin/nvcc", "13.0"), "this GPU is 10.0"),
         (((9, 0), None, "/usr/bin/nvcc", "13.0"), "torch was built without CUDA"),

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,6 @@ class KernelRecipe:
     package_files: tuple[str, ...]
     other_gpus: str  # what a user of another GPU can do instead
     format: int = 1
-    env: dict[str, str] = field(default_factory=dict)  # for the build workers
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ def build_problem(
     """None where the recipe's kernels can be built here; else why not. `capability` is the GPU's (None: no CUDA
     GPU), `torch_cuda` the CUDA torch was built with, `nvcc` the compiler found and `nvcc_cuda` its release."""
     if capability is None:
-        return f"{recipe.title} need a CUDA GPU"
+        return f"building {recipe.title} needs a CUDA GPU"
     if capability != (9, 0):
         return (
             f"the engine builds {recipe.title} for Hopper (compute capability 9.0) only, and this GPU is "
@@ -331,7 +330,6 @@ def build_package(recipe: KernelRecipe, source: Path, root: Path, key: BuildKey)
     package_root, path = str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH", "")
     env = {
         **os.environ,
-        **recipe.env,
         "MAX_JOBS": jobs,
         "PYTHONPATH": os.pathsep.join(filter(None, [package_root, path])),
     }
