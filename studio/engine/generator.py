@@ -241,10 +241,10 @@ class VideoGenerator:
         """Refuse at load, as for fp8, an attention kernel of the engine's own (SageAttention, FlashAttention 3) where
         it cannot run: the engine would serve another kernel under its name."""
         assert self.facts is not None and self.gpu.own_attention is not None
-        runs_here, _, name, _ = OWN_ATTENTION[self.gpu.own_attention]
-        problem = runs_here(self.device)
+        own = OWN_ATTENTION[self.gpu.own_attention]
+        problem = own.problem(self.device)
         if problem is None and not self.facts.batched_loop:
-            problem = f"{name} runs Wan pipelines on the engine's own loop, not {type(self.pipe).__name__}"
+            problem = f"{own.name} runs Wan pipelines on the engine's own loop, not {type(self.pipe).__name__}"
         if problem is not None:
             raise ModelLoadError(
                 f"--attention-backend {self.gpu.own_attention}: {problem}; start it with --attention-backend auto"

@@ -4,6 +4,8 @@ engine's kernels, CUDA graphs of its forward, and torch.compile for static shape
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,12 +20,23 @@ from studio.engine.gpu.sage import MAX_SAGE_FORWARD_DIFFERENCE, SAGE_SETTING, Sa
 log = logging.getLogger(__name__)
 
 COMPILE_CHOICES = ("off", "blocks", "full")
-# Attention kernels that run inside the engine's own attention op (not diffusers backends): each one's check of
-# whether it runs here, the error its refusal raises, its name in messages, and how far a forward with it may differ
-# from one without (None: as for any of the engine's kernels).
+
+
+@dataclass(frozen=True)
+class OwnAttention:
+    """An attention kernel that runs inside the engine's own attention op (not a diffusers backend): its check of
+    whether it runs here (None, or why not), the error its refusal raises, its name in messages, and how far a
+    forward with it may differ from one without."""
+
+    problem: Callable[[str], str | None]
+    unavailable: type[RuntimeError]
+    name: str
+    max_difference: float = kernels.MAX_KERNEL_DIFFERENCE
+
+
 OWN_ATTENTION = {
-    SAGE_SETTING: (sage_problem, SageUnavailable, "SageAttention", MAX_SAGE_FORWARD_DIFFERENCE),
-    FLASH3_SETTING: (flash3_problem, Flash3Unavailable, "FlashAttention 3", None),
+    SAGE_SETTING: OwnAttention(sage_problem, SageUnavailable, "SageAttention", MAX_SAGE_FORWARD_DIFFERENCE),
+    FLASH3_SETTING: OwnAttention(flash3_problem, Flash3Unavailable, "FlashAttention 3"),
 }
 
 
@@ -76,10 +89,9 @@ class GpuSetup:
         one the model was loaded in; `cached_backend` the fastest kernel as an earlier start on this machine
         measured it (studio.engine.gpu.compile_cache), which spares the timing."""
         transformer = pipe.transformer
-        if self.own_attention is not None:
-            runs_here, unavailable, _, _ = OWN_ATTENTION[self.own_attention]
-            if (problem := runs_here(self.device)) is not None:
-                raise unavailable(problem)
+        own = OWN_ATTENTION.get(self.own_attention or "")
+        if own is not None and (problem := own.problem(self.device)) is not None:
+            raise own.unavailable(problem)
         if hasattr(transformer, "fuse_qkv_projections"):
             try:
                 transformer.fuse_qkv_projections()
@@ -97,10 +109,9 @@ class GpuSetup:
             self.attention_backend = backend
         if self.fused_kernels:
             self.install_kernels(pipe)
-        if self.own_attention is not None and self.installed_kernels is None:
-            _, unavailable, name, _ = OWN_ATTENTION[self.own_attention]
-            raise unavailable(
-                f"{name} runs inside the engine's own attention kernel, which is not in use here "
+        if own is not None and self.installed_kernels is None:
+            raise own.unavailable(
+                f"{own.name} runs inside the engine's own attention kernel, which is not in use here "
                 + ("(--no-fused-kernels)" if not self.fused_kernels else "(its start-up check failed: see the log)")
             )
         if self.quantization == "fp8":
@@ -155,10 +166,9 @@ class GpuSetup:
             or self.attention_backend not in SDPA_KERNEL_OF_BACKEND
         ):
             return
-        if self.own_attention is not None and (limit := OWN_ATTENTION[self.own_attention][3]) is not None:
-            installed = kernels.install_checked(transformer, self.own_attention, self.device, limit)
-        elif self.own_attention is not None:
-            installed = kernels.install_checked(transformer, self.own_attention, self.device)
+        if self.own_attention is not None:
+            own = OWN_ATTENTION[self.own_attention]
+            installed = kernels.install_checked(transformer, self.own_attention, self.device, own.max_difference)
         else:
             installed = kernels.install_checked(transformer, self.attention_kernel, self.device)
         if installed is not None:
