@@ -275,8 +275,10 @@ def _print_report(report: dict[str, Any], out_dir: Path) -> None:
 
     for row in report["cells"]:
         table.add_row(*(shown(row, key) for key in columns.values()))
-    # Not at a terminal (a file, a pipe): wide enough for every column with its intervals.
-    out = Console(soft_wrap=True, width=None if Console().is_terminal else 240)
+    # Not at a terminal (a file, a pipe): as wide as the table itself, so that no header or figure wraps, however
+    # wide the intervals make it.
+    probe = Console(width=100_000)
+    out = Console(soft_wrap=True, width=None if probe.is_terminal else probe.measure(table).maximum)
     out.print(table)
     for note in report.get("notes", []):  # what the figures cannot say, e.g. a server that reports latency only
         out.print(f"note: {note}")
