@@ -1,14 +1,15 @@
 """Attention kernels at the engine's shapes on Hopper: cuDNN (what the engine and diffusers run, through SDPA, on
 (B, N, H, D) views), SDPA's flash and memory-efficient kernels, FlashAttention 3's exact Hopper forward
-(`--attention-backend flash3`), and SageAttention (int8 q·k): its Hopper CUDA kernel (`sageattn_qk_int8_pv_fp8_cuda_sm90`)
+(`--attention-backend flash3`) and its fp8 forward (`flash3-fp8`), and SageAttention (int8 q·k): its Hopper CUDA kernel (`sageattn_qk_int8_pv_fp8_cuda_sm90`)
 and its Triton kernel (what the package index's sageattention 1.0.6 runs).
 
 The Hopper kernels come from the engine's own builders, as a first start gets them (studio.engine.gpu.sage_build,
 studio.engine.gpu.flash3_build): from the source trees --source and --flash3-source name (else the pinned commits,
 fetched), cached; the report says whether they were built in this run and in how long.
 
-Sage's times include its own quantization of q, k and v (and v's padding to a multiple of 128 tokens): what a call
-costs the engine. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128), several
+Sage's times include its own quantization of q, k and v (and v's padding to a multiple of 128 tokens), and FlashAttention
+3's fp8 row the engine's (studio.engine.gpu.flash3.fp8_attention_inputs): what a call costs the engine; a row of the fp8
+kernel alone, on inputs already in fp8, says what that quantization costs. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128), several
 sets in turn so the inputs come from memory; the time is the median of triton.testing.do_bench. Error: against
 float32 attention on the first two heads, ||out - ref|| / ||ref||.
 
@@ -32,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 from studio.engine.gpu import flash3_build, kernel_build, sage_build
-from studio.engine.gpu.flash3 import flash3_attention_bnhd
+from studio.engine.gpu.flash3 import flash3_attention_bnhd, flash3_fp8_attention_bnhd, fp8_attention_inputs
 
 SIZES = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}  # 16:9 (width, height)
 BATCH, HEADS, HEAD_DIM = 2, 12, 128
@@ -107,26 +108,42 @@ def main(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     report["nvcc"] = nvcc[-1] if nvcc else None
-    report["build"] = built_package(sage_build, args.source)
-    print(f"SageAttention's Hopper kernels: {report['build']}", flush=True)
     report["flash3_build"] = built_package(flash3_build, args.flash3_source)
     print(f"FlashAttention 3's Hopper kernel: {report['flash3_build']}", flush=True)
-    import sageattention
-
     kernels = {
         "cudnn (the engine's)": sdpa_bnhd("cudnn"),
         "sdpa flash": sdpa_bnhd("flash"),
         "sdpa efficient": sdpa_bnhd("efficient"),
         "flash attention 3 (exact; the engine's flash3)": flash3_attention_bnhd,
-        "sage2 sm90, per-warp scales (the engine's sage)": lambda q, k, v: (
-            sageattention.sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="NHD", qk_quant_gran="per_warp")
-        ),
-        "sage2 sm90, per-thread scales": lambda q, k, v: sageattention.sageattn_qk_int8_pv_fp8_cuda_sm90(
-            q, k, v, tensor_layout="NHD"
-        ),
-        "sage triton (int8 q·k, fp16 p·v; the index's 1.0.6)": lambda q, k, v: (
-            sageattention.sageattn_qk_int8_pv_fp16_triton(q, k, v, tensor_layout="NHD")
-        ),
+    }
+    report["build"] = built_package(sage_build, args.source) if args.sage else None
+    if args.sage:
+        print(f"SageAttention's Hopper kernels: {report['build']}", flush=True)
+        import sageattention
+
+        kernels |= {
+            "sage2 sm90, per-warp scales (the engine's sage)": lambda q, k, v: (
+                sageattention.sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="NHD", qk_quant_gran="per_warp")
+            ),
+            "sage2 sm90, per-thread scales": lambda q, k, v: sageattention.sageattn_qk_int8_pv_fp8_cuda_sm90(
+                q, k, v, tensor_layout="NHD"
+            ),
+            "sage triton (int8 q·k, fp16 p·v; the index's 1.0.6)": lambda q, k, v: (
+                sageattention.sageattn_qk_int8_pv_fp16_triton(q, k, v, tensor_layout="NHD")
+            ),
+        }
+    quantized: dict[int, tuple[torch.Tensor, ...]] = {}  # each input set in fp8, by its q's id
+
+    def fp8_kernel_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        from flash_attn_interface import flash_attn_func
+
+        q8, k8, v8, q_scale, k_scale, v_scale = quantized[id(q)]
+        out = flash_attn_func(q8, k8, v8, q_descale=q_scale, k_descale=k_scale, v_descale=v_scale)
+        return out[0] if isinstance(out, tuple) else out
+
+    kernels |= {
+        "flash attention 3 fp8, per-head scales (the engine's flash3-fp8)": flash3_fp8_attention_bnhd,
+        "flash attention 3 fp8, the kernel alone (inputs in fp8)": fp8_kernel_alone,
     }
     rows = []
     for shape in [s for s in args.shapes.split(",") if s]:  # none: build the package only
@@ -136,6 +153,8 @@ def main(args: argparse.Namespace) -> int:
             tuple(torch.randn(BATCH, count, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             for _ in range(INPUT_SETS)
         ]
+        quantized.clear()
+        quantized.update({id(q): fp8_attention_inputs(q, k, v) for q, k, v in inputs})
         ref = reference(*inputs[0])
         flops = 4 * BATCH * HEADS * count * count * HEAD_DIM
         base = None
@@ -163,6 +182,7 @@ def main(args: argparse.Namespace) -> int:
             report["rows"] = rows
             (args.out / "sage_attention.json").write_text(json.dumps(report, indent=2))
         del inputs, ref
+        quantized.clear()
         torch.cuda.empty_cache()
     report["rows"] = rows
     (args.out / "sage_attention.json").write_text(json.dumps(report, indent=2))
@@ -188,4 +208,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
     parser.add_argument("--shapes", default="480p:189,720p:93", help="TIER:FRAMES,... ('' builds only)")
+    parser.add_argument(
+        "--sage", action=argparse.BooleanOptionalAction, default=True, help="SageAttention's kernels too (built first)"
+    )
     raise SystemExit(main(parser.parse_args()))

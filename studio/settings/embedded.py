@@ -68,9 +68,10 @@ class ExposedEngineSettings:
         return values
 
 
-# The attention kernels the studio offers: the engine's fastest exact one, or SageAttention's 8-bit kernel. The engine
-# itself takes any diffusers backend name (its own --attention-backend).
-StudioAttention = Literal["auto", "sage"]
+# The attention kernels the studio offers: the engine's fastest exact one, FlashAttention 3's exact Hopper kernel, or an
+# 8-bit kernel (SageAttention's, FlashAttention 3's fp8 forward). The engine itself takes any diffusers backend name
+# (its own --attention-backend).
+StudioAttention = Literal["auto", "flash3", "sage", "flash3-fp8"]
 
 EMBEDDED_ENGINE = ExposedEngineSettings(
     engine=EngineSettings,

@@ -112,8 +112,9 @@ class EngineSettings(BaseSettings):
         description="diffusers attention backend; auto: the fastest fused kernel measured at start; sage: "
         "SageAttention's 8-bit kernel in the transformer's attention (a lossy lever; on Hopper its kernels are built "
         "at the first start and cached, elsewhere the sageattention package built for this GPU); flash3: "
-        "FlashAttention 3's exact Hopper kernel (built at the first start and cached); sage and flash3 need a Wan "
-        "pipeline and the engine's fused kernels, else the engine refuses to start",
+        "FlashAttention 3's exact Hopper kernel (built at the first start and cached); flash3-fp8: its 8-bit form (a "
+        "lossy lever, built likewise); sage and flash3 need a Wan pipeline and the engine's fused kernels, else the "
+        "engine refuses to start",
     )
     cuda_graphs: bool = Field(
         title="CUDA graphs",

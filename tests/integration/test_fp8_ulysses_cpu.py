@@ -1,15 +1,17 @@
 """fp8 products and 8-bit attention under Ulysses: a Wan transformer with the engine's kernels and fp8 layers, its
 tokens split across two ranks (two processes over gloo on 127.0.0.1), gives the one-rank forward's output, with
-exact attention and with SageAttention's.
+exact attention, with SageAttention's and with FlashAttention 3's fp8 forward.
 
 The engine serves fp8 on CUDA GPUs only, but this torch runs the row-wise scaled product on the CPU too, so the
 arithmetic of the combination is checked here with the same modules the engine installs: the engine's
 attention processor (studio.engine.gpu.kernels), fp8 layers (studio.engine.gpu.fp8, fast accumulation as served)
 and the Ulysses processor and hooks (studio.engine.parallel.sequence). fp8 scales each token's row on its own, so
 a rank's share of the tokens quantizes exactly as the whole sequence does. cfg-parallel splits the batch, whose
-rows fp8 also scales one by one. SageAttention's kernels run on GPUs only: there a stand-in package keeps its
-contract (`SAGE_STAND_IN`), to check that each rank's attention goes through it with every token and its share of
-the heads."""
+rows fp8 also scales one by one. SageAttention's and FlashAttention 3's kernels run on GPUs only: there a stand-in
+package keeps each one's contract (`STAND_INS`), to check that each rank's attention goes through it with every token
+and its share of the heads. For FlashAttention 3's fp8 forward the engine's own quantization of q, k and v runs as
+served: a rank's share of the queries in cross-attention scales apart from the whole sequence's, and still rounds
+alike."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ LATENT_SHAPE = (2, 4, 3, 6, 10)
 
 SAGE_STAND_IN = '''"""Stands in for SageAttention's package, whose kernels run on CUDA GPUs only: `sageattn` keeps the package's
 documented contract (q, k, v as (B, N, H, D) with tensor_layout="NHD", the result in that layout and q's dtype)
-with exact attention, and writes each call's q shape to the file SAGE_CALLS names."""
+with exact attention, and writes each call's q shape to the file ATTENTION_CALLS names."""
 import os
 
 import torch
@@ -43,11 +45,32 @@ import torch
 
 def sageattn(q, k, v, tensor_layout="HND", is_causal=False, **_):
     assert tensor_layout == "NHD" and not is_causal and q.stride(-1) == 1
-    with open(os.environ["SAGE_CALLS"], "a") as calls:
+    with open(os.environ["ATTENTION_CALLS"], "a") as calls:
         calls.write(",".join(str(n) for n in q.shape) + "\\n")
     out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     return out.transpose(1, 2).to(q.dtype)
 '''
+
+FLASH3_STAND_IN = '''"""Stands in for FlashAttention 3's interface, whose kernels run on Hopper GPUs only: `flash_attn_func` keeps its
+documented fp8 contract (q, k, v in float8_e4m3fn as (B, N, H, D), their (B, H) float32 descales, the result in
+bf16) with exact attention over the descaled inputs, and writes each call's q shape to the file ATTENTION_CALLS
+names."""
+import os
+
+import torch
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None):
+    assert q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn and not causal
+    with open(os.environ["ATTENTION_CALLS"], "a") as calls:
+        calls.write(",".join(str(n) for n in q.shape) + "\\n")
+    q, k, v = (x.float() * s[:, None, :, None] for x, s in ((q, q_descale), (k, k_descale), (v, v_descale)))
+    out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    return out.transpose(1, 2).to(torch.bfloat16)
+'''
+
+# The attention kernels that run on GPUs only, by the engine's name: the module a stand-in takes the place of, and it.
+STAND_INS = {"sage": ("sageattention", SAGE_STAND_IN), "flash3-fp8": ("flash_attn_interface", FLASH3_STAND_IN)}
 
 
 def with_fp8(model: torch.nn.Module, attention: str) -> torch.nn.Module:
@@ -87,15 +110,16 @@ def rank_main(rank: int, port: int, out: str, attention: str) -> None:
         dist.destroy_process_group()
 
 
-def sage_stand_in(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-in package in `folder`, imported here as `sageattention`, and on the ranks' path."""
-    package = folder / "sageattention"
+def stand_in(attention: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in package for `attention` in `folder`, imported here in its module's place, and on the ranks' path."""
+    name, text = STAND_INS[attention]
+    package = folder / name
     package.mkdir()
-    (package / "__init__.py").write_text(SAGE_STAND_IN)
-    spec = importlib.util.spec_from_file_location("sageattention", package / "__init__.py")
+    (package / "__init__.py").write_text(text)
+    spec = importlib.util.spec_from_file_location(name, package / "__init__.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "sageattention", module)
+    monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
 
 
@@ -103,13 +127,13 @@ def shapes(calls: Path) -> set[tuple[int, ...]]:
     return {tuple(int(n) for n in line.split(",")) for line in calls.read_text().split()}
 
 
-@pytest.mark.parametrize("attention", ["default", "sage"])
+@pytest.mark.parametrize("attention", ["default", "sage", "flash3-fp8"])
 def test_fp8_under_ulysses_gives_the_one_rank_forward(
     attention: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if attention == "sage":
-        sage_stand_in(tmp_path, monkeypatch)
-        monkeypatch.setenv("SAGE_CALLS", str(tmp_path / "calls-one-rank"))
+    if attention in STAND_INS:
+        stand_in(attention, tmp_path, monkeypatch)
+        monkeypatch.setenv("ATTENTION_CALLS", str(tmp_path / "calls-one-rank"))
     expected = forward(with_fp8(transformer(), attention))
     plain = forward(transformer())
     port, out = free_port(), tmp_path / "rank0.pt"
@@ -121,7 +145,7 @@ def test_fp8_under_ulysses_gives_the_one_rank_forward(
         subprocess.Popen(
             [sys.executable, "-c", code, str(rank), str(port), str(out), attention],
             cwd=ROOT,
-            env={**os.environ, "SAGE_CALLS": str(tmp_path / f"calls-rank{rank}")},
+            env={**os.environ, "ATTENTION_CALLS": str(tmp_path / f"calls-rank{rank}")},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -143,7 +167,7 @@ def test_fp8_under_ulysses_gives_the_one_rank_forward(
     assert fp8.relative_rms(got, expected) < 1e-3
     # ... while fp8 itself moves the output measurably (about 5% RMS here): a rank that ran bf16 would show.
     assert fp8.relative_rms(expected, plain) > 0.01
-    if attention == "sage":
+    if attention in STAND_INS:
         batch, _, frames, height, width = LATENT_SHAPE
         tokens, heads, head_dim = frames * (height // 2) * (width // 2), 2, 16
         # one rank: self- and cross-attention over every token and head

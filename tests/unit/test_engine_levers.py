@@ -203,7 +203,7 @@ def test_a_blank_number_keeps_the_interval_in_force():
         ({"engine_preview_interval_s": -1}, "Preview interval (s) must be from 0 to 60, got -1"),
         ({"engine_step_cache": "sometimes"}, "Step cache must be 'off', 'reuse' or 'taylor', got sometimes"),
         ({"engine_quantization": "int4"}, "Quantization must be 'none' or 'fp8', got int4"),
-        ({"engine_attention": "flash"}, "Attention kernel must be 'auto' or 'sage', got flash"),
+        ({"engine_attention": "flash"}, "Attention kernel must be 'auto', 'flash3', 'sage' or 'flash3-fp8', got flash"),
     ],
 )
 def test_a_bad_value_is_refused_in_words_and_nothing_changes(values, said):

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from studio.engine.gpu import flash3_build, kernel_build
-from studio.engine.gpu.flash3_build import INSTANTIATION, RECIPE
+from studio.engine.gpu.flash3_build import INSTANTIATIONS, RECIPE
 from studio.engine.gpu.kernel_build import BuildKey, KernelBuildError, Pin
 
 
@@ -30,18 +30,20 @@ def fake_source(path: Path) -> Path:
     return path
 
 
-def test_the_build_takes_the_one_forward_kernel_and_cutlass_headers(tmp_path):
+def test_the_build_takes_the_bf16_and_fp8_forward_kernels_and_cutlass_headers(tmp_path):
     source = fake_source(tmp_path / "src")
     copy = tmp_path / "copy"
     RECIPE.prepare(source, copy)
-    assert sorted(p.name for p in (copy / "hopper" / "instantiations").iterdir()) == [Path(INSTANTIATION).name]
+    assert sorted(p.name for p in (copy / "hopper" / "instantiations").iterdir()) == sorted(
+        Path(name).name for name in INSTANTIATIONS
+    )
     assert (copy / "cutlass" / "include" / "cute" / "tensor.hpp").is_file()
     (extension,) = RECIPE.extensions
     assert all((copy / name).is_file() for name in extension.sources)
     assert all((copy / folder).is_dir() for folder in RECIPE.include_dirs)
-    assert "-DFLASHATTENTION_DISABLE_BACKWARD" in RECIPE.nvcc_flags and "-DFLASHATTENTION_DISABLE_HDIM128" not in (
-        RECIPE.nvcc_flags + RECIPE.cxx_flags
-    )
+    flags = RECIPE.nvcc_flags + RECIPE.cxx_flags
+    assert "-DFLASHATTENTION_DISABLE_BACKWARD" in RECIPE.nvcc_flags
+    assert "-DFLASHATTENTION_DISABLE_HDIM128" not in flags and "-DFLASHATTENTION_DISABLE_FP8" not in flags
 
 
 def test_the_assembled_package_imports_as_flash_attention_3s_interface_says(tmp_path, monkeypatch):
@@ -65,6 +67,7 @@ def test_the_assembled_package_imports_as_flash_attention_3s_interface_says(tmp_
     monkeypatch.setitem(sys.modules, "flash_attn_3._C", types.ModuleType("flash_attn_3._C"))
     interface = importlib.import_module("flash_attn_interface")
     assert interface.BUILT["FLASHATTENTION_DISABLE_HDIM128"] is False
+    assert interface.BUILT["FLASHATTENTION_DISABLE_FP8"] is False
     assert interface.BUILT["FLASHATTENTION_DISABLE_BACKWARD"] is True
     for name in flash3_build.PACKAGES:
         sys.modules.pop(name, None)

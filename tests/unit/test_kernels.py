@@ -225,3 +225,39 @@ def test_flash_attention_3_runs_through_the_engines_attention_op_and_is_no_lever
         generator.gpu.remove_kernels()
         generator.gpu.own_attention = None
     assert generator.gpu.attention_kernel == "default"
+
+
+def test_flash_attention_3_in_fp8_runs_through_the_engines_attention_op_as_a_lever(
+    generator: VideoGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FlashAttention 3's fp8 forward runs on Hopper GPUs only: this stands in a `flash_attn_interface` module whose
+    `flash_attn_func` keeps the interface's documented fp8 contract (q, k, v in float8_e4m3fn as (B, N, H, D), their
+    (B, H) float32 descales, the result in bf16) by exact attention over the descaled inputs, to check that the engine
+    hands it fp8 inputs whose attention is the model's, and names the lever in its records only while it is in force."""
+    import sys
+    import types
+
+    calls: list[torch.dtype] = []
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None):  # type: ignore[no-untyped-def]
+        assert not causal and softmax_scale is None
+        assert q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn
+        batch, _, heads, _ = q.shape
+        for descale in (q_descale, k_descale, v_descale):
+            assert descale.shape == (batch, heads) and descale.dtype == torch.float32
+        calls.append(q.dtype)
+        q, k, v = (x.float() * s[:, None, :, None] for x, s in ((q, q_descale), (k, k_descale), (v, v_descale)))
+        out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return out.transpose(1, 2).to(torch.bfloat16)
+
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", types.SimpleNamespace(flash_attn_func=flash_attn_func))
+    generator.gpu.own_attention = "flash3-fp8"
+    generator.gpu.install_kernels(generator.pipe)
+    try:
+        assert generator.gpu.installed_kernels is not None and calls, "the start-up check ran no attention through it"
+        assert generator.gpu.attention_kernel == "flash3-fp8"
+        assert generator.gpu.levers == {"attention": "flash3-fp8"}
+    finally:
+        generator.gpu.remove_kernels()
+        generator.gpu.own_attention = None
+    assert generator.gpu.attention_kernel == "default" and generator.gpu.levers == {}

@@ -5,8 +5,9 @@ what FlashAttention 3's build needs).
 FlashAttention 3 (github.com/Dao-AILab/flash-attention, its `hopper/` folder) is exact attention written for Hopper's
 wgmma and bulk copies, faster than cuDNN's at the engine's shapes (benchmarks/RESULTS.md, attention kernels). It is
 not on the package index, and its full build instantiates every head size, dtype and feature (an hour of nvcc); the
-engine builds the one kernel it calls: the forward, head_dim 128, bf16, not causal, no split, paging, softcap, local
-window, GQA packing or varlen (about a minute). What it builds:
+engine builds the two kernels it calls: the forward at head_dim 128, not causal, in bf16 (`--attention-backend flash3`)
+and in fp8 (`flash3-fp8`), with no split, paging, softcap, local window, GQA packing or varlen (about a minute). What
+it builds:
 
 - the source: the folder that OMNI_STUDIO_FLASH3_SOURCE names (a checkout of flash-attention with its `csrc/cutlass`
   submodule), else flash-attention and CUTLASS fetched at the pinned commits into the cache;
@@ -33,15 +34,19 @@ PINNED_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
 CUTLASS = Pin("https://github.com/NVIDIA/cutlass", "7127592069c2fe01b041e174ba4345ef9b279671", "csrc/cutlass")
 SOURCE_ENV = "OMNI_STUDIO_FLASH3_SOURCE"
 CACHE_ENV = "OMNI_STUDIO_FLASH3_CACHE"
-INSTANTIATION = "hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu"
+INSTANTIATIONS = (
+    "hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu",
+    "hopper/instantiations/flash_fwd_hdim128_e4m3_sm90.cu",
+)
 SOURCE_FILES = (
     "hopper/flash_api_stable.cpp",
     "hopper/flash_prepare_scheduler.cu",
     "hopper/flash_attn_interface.py",
-    INSTANTIATION,
+    *INSTANTIATIONS,
     "csrc/cutlass/include/cute/tensor.hpp",
 )
-# Everything FlashAttention 3 can leave out, left out: the engine calls the bf16 forward at head_dim 128 alone.
+# Everything FlashAttention 3 can leave out, left out: the engine calls the forward at head_dim 128 alone, in bf16 and
+# in fp8.
 DISABLED = (
     "BACKWARD",
     "SPLIT",
@@ -51,7 +56,6 @@ DISABLED = (
     "SOFTCAP",
     "PACKGQA",
     "FP16",
-    "FP8",
     "VARLEN",
     "CLUSTER",
     "HDIM64",
@@ -65,7 +69,8 @@ FEATURE_FLAGS = (
     "-DFLASH_ATTENTION_DISABLE_HDIMDIFF64",
     "-DFLASH_ATTENTION_DISABLE_HDIMDIFF192",
 )
-INSTANTIATED = "forward, head_dim 128, bf16, not causal; no split, paging, softcap, window, varlen or cluster"
+BUILT = ("HDIM128", "FP8")  # what the build flags leave in
+INSTANTIATED = "forward, head_dim 128, bf16 and fp8, not causal; no split, paging, softcap, window, varlen or cluster"
 CXX_FLAGS = (
     "-O3",
     "-std=c++17",
@@ -92,12 +97,11 @@ PACKAGES = ("flash_attn_3", "flash_attn_interface", "flash_attn_config")
 
 def copy_sources(source: Path, copy: Path) -> None:
     """What the build reads: the `hopper/` folder without the other instantiations, and CUTLASS's headers."""
+    built = {Path(instantiation).name for instantiation in INSTANTIATIONS}
     shutil.copytree(
         source / "hopper",
         copy / "hopper",
-        ignore=lambda folder, names: [
-            n for n in names if folder.endswith("instantiations") and n != Path(INSTANTIATION).name
-        ],
+        ignore=lambda folder, names: [n for n in names if folder.endswith("instantiations") and n not in built],
     )
     shutil.copytree(source / "csrc" / "cutlass" / "include", copy / "cutlass" / "include")
 
@@ -109,7 +113,7 @@ def assemble(source: Path, work: Path, entry: Path) -> None:
     (package / "__init__.py").write_text('"""FlashAttention 3, as the engine built it (flash_attn_interface)."""\n')
     shutil.copy(next((work / "_C").glob("_C*.so")), package / "_C.so")
     shutil.copy(source / "hopper" / "flash_attn_interface.py", entry / "flash_attn_interface.py")
-    built = {f"FLASHATTENTION_DISABLE_{name}": name in DISABLED for name in (*DISABLED, "HDIM128")}
+    built = {f"FLASHATTENTION_DISABLE_{name}": name in DISABLED for name in (*DISABLED, *BUILT)}
     (entry / "flash_attn_config.py").write_text(f"CONFIG = {{'build_flags': {built!r}}}\n")
 
 
@@ -125,7 +129,7 @@ RECIPE = KernelRecipe(
     extensions=(
         Extension(
             "_C",
-            ("hopper/flash_api_stable.cpp", INSTANTIATION, "hopper/flash_prepare_scheduler.cu"),
+            ("hopper/flash_api_stable.cpp", *INSTANTIATIONS, "hopper/flash_prepare_scheduler.cu"),
         ),
     ),
     instantiated=INSTANTIATED,

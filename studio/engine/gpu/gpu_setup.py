@@ -13,7 +13,14 @@ import torch
 from studio.engine.gpu import fp8, kernels
 from studio.engine.gpu.attention import SDPA_KERNEL_OF_BACKEND, fastest_attention_backend
 from studio.engine.gpu.compile_fixes import keep_cached_kernel_tuning
-from studio.engine.gpu.flash3 import FLASH3_SETTING, Flash3Unavailable, flash3_problem
+from studio.engine.gpu.flash3 import (
+    FLASH3_FP8_SETTING,
+    FLASH3_SETTING,
+    MAX_FLASH3_FP8_FORWARD_DIFFERENCE,
+    Flash3Unavailable,
+    flash3_fp8_problem,
+    flash3_problem,
+)
 from studio.engine.gpu.graphs import Forward, GraphedForward
 from studio.engine.gpu.sage import MAX_SAGE_FORWARD_DIFFERENCE, SAGE_SETTING, SageUnavailable, sage_problem
 
@@ -25,18 +32,26 @@ COMPILE_CHOICES = ("off", "blocks", "full")
 @dataclass(frozen=True)
 class OwnAttention:
     """An attention kernel that runs inside the engine's own attention op (not a diffusers backend): its check of
-    whether it runs here (None, or why not), the error its refusal raises, its name in messages, and how far a
-    forward with it may differ from one without."""
+    whether it runs here (None, or why not), the error its refusal raises, its name in messages, how far a
+    forward with it may differ from one without, and whether it is a lever (lossy: a job's record names it)."""
 
     problem: Callable[[str], str | None]
     unavailable: type[RuntimeError]
     name: str
     max_difference: float = kernels.MAX_KERNEL_DIFFERENCE
+    lossy: bool = False
 
 
 OWN_ATTENTION = {
-    SAGE_SETTING: OwnAttention(sage_problem, SageUnavailable, "SageAttention", MAX_SAGE_FORWARD_DIFFERENCE),
+    SAGE_SETTING: OwnAttention(sage_problem, SageUnavailable, "SageAttention", MAX_SAGE_FORWARD_DIFFERENCE, lossy=True),
     FLASH3_SETTING: OwnAttention(flash3_problem, Flash3Unavailable, "FlashAttention 3"),
+    FLASH3_FP8_SETTING: OwnAttention(
+        flash3_fp8_problem,
+        Flash3Unavailable,
+        "FlashAttention 3 in fp8",
+        MAX_FLASH3_FP8_FORWARD_DIFFERENCE,
+        lossy=True,
+    ),
 }
 
 
@@ -63,7 +78,7 @@ class GpuSetup:
         self.device = device
         self.compile = compile
         self.compile_mode = compile_mode or None
-        # "sage", "flash3": that kernel in the attention the engine's kernels run, the fastest fused kernel for
+        # "sage", "flash3", "flash3-fp8": that kernel in the attention the engine's kernels run, the fastest fused kernel for
         # the rest (what the engine's processor leaves to diffusers).
         self.own_attention: str | None = attention_backend if attention_backend in OWN_ATTENTION else None
         self.attention_backend_setting = "auto" if self.own_attention else attention_backend
@@ -194,8 +209,9 @@ class GpuSetup:
     def levers(self) -> dict[str, str]:
         """The levers in force that change a video's arithmetic, as a job's record names them."""
         levers = {"quantization": "fp8"} if self.fp8 is not None else {}
-        if self.attention_kernel == "sage":
-            levers["attention"] = "sage"
+        own = OWN_ATTENTION.get(self.attention_kernel)
+        if own is not None and own.lossy:
+            levers["attention"] = self.attention_kernel
         return levers
 
     def remove_kernels(self) -> None:

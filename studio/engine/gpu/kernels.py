@@ -30,8 +30,8 @@ import torch
 log = logging.getLogger(__name__)
 
 # "sage": SageAttention's 8-bit kernel (studio.engine.gpu.sage), a lossy lever; "flash3": FlashAttention 3's exact
-# Hopper kernel (studio.engine.gpu.flash3); the others are SDPA's.
-SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math", "default", "sage", "flash3")
+# Hopper kernel, "flash3-fp8" its 8-bit form, a lossy lever (studio.engine.gpu.flash3); the others are SDPA's.
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math", "default", "sage", "flash3", "flash3-fp8")
 # The kernels change only the order of a few roundings: a forward with them must match the plain one to within
 # this share of its largest output value.
 MAX_KERNEL_DIFFERENCE = 0.02
@@ -226,6 +226,10 @@ def attention_bnhd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: s
         from studio.engine.gpu.flash3 import flash3_attention_bnhd
 
         return flash3_attention_bnhd(q, k, v).contiguous()
+    if backend == "flash3-fp8":
+        from studio.engine.gpu.flash3 import flash3_fp8_attention_bnhd
+
+        return flash3_fp8_attention_bnhd(q, k, v).contiguous()
 
     kernels = {
         "cudnn": SDPBackend.CUDNN_ATTENTION,
