@@ -109,12 +109,10 @@ class EngineSettings(BaseSettings):
     attention_backend: str = Field(
         title="Attention kernel",
         default="auto",
-        description="diffusers attention backend; auto: the fastest fused kernel measured at start; sage: "
-        "SageAttention's 8-bit kernel in the transformer's attention (a lossy lever; on Hopper its kernels are built "
-        "at the first start and cached, elsewhere the sageattention package built for this GPU); flash3: "
-        "FlashAttention 3's exact Hopper kernel (built at the first start and cached); flash3-fp8: its 8-bit form (a "
-        "lossy lever, built likewise); sage and flash3 need a Wan pipeline and the engine's fused kernels, else the "
-        "engine refuses to start",
+        description="auto: the fastest exact kernel measured at start; flash3: FlashAttention 3's exact Hopper "
+        "kernel; sage, flash3-fp8: 8-bit attention (lossy levers); or a diffusers attention backend by name. Hopper "
+        "kernels are built at the first start and cached; where the asked kernel cannot run, the engine refuses to "
+        "start and says why",
     )
     cuda_graphs: bool = Field(
         title="CUDA graphs",
