@@ -8,7 +8,8 @@
 #   3. the attention kernels alone at 480p/189 and 720p/93;
 #   4. the levers at 720p, 93 frames (the plain call, the exact engine on both kernels, 8-bit attention, with and
 #      without the cache), unless SKIP_720P=1.
-# VARIANTS names the engine's variants (benchmarks/gpu/levers_gpu.py --quantizations) where fewer are wanted;
+# VARIANTS names the engine's variants (benchmarks/gpu/levers_gpu.py --quantizations) where fewer are wanted, and
+# VARIANTS_720P those at 720p (default: VARIANTS); SageAttention is built and measured only where a variant names it.
 # COMPILED_PLAIN=0 leaves out the compiled plain call (about 3.5 minutes at 480p).
 # Each step writes its JSON as it goes, so what finished is kept if the machine is taken back.
 #
@@ -22,8 +23,15 @@ stamp() { echo "$(date -u +%H:%M:%S) $*" >>"$out/steps.log"; }
 variants=${VARIANTS:-bf16,flash3,fp8-flash3-fp8,fp8-sage}
 policies=(--bf16-policies exact --policies-of flash3=exact --policies-of fp8-sage=exact --policies exact,taylor/3)
 
+variants_720p=${VARIANTS_720P:-$variants}
+sage=--no-sage
+[[ "$variants,$variants_720p" == *sage* ]] && sage=--sage
+
 stamp "kernel builds"
-(python3 -m studio.engine.gpu.flash3_build; python3 -m studio.engine.gpu.sage_build) >"$out/kernel_build.log" 2>&1 &
+(
+    python3 -m studio.engine.gpu.flash3_build
+    if [ "$sage" = --sage ]; then python3 -m studio.engine.gpu.sage_build; fi
+) >"$out/kernel_build.log" 2>&1 &
 build=$!
 
 stamp "levers 480p 189"
@@ -37,11 +45,11 @@ stamp "kernel builds exit $?"
 stamp "kernels"
 shapes=480p:189,720p:93
 [ "${SKIP_720P:-0}" = 1 ] && shapes=480p:189
-python3 benchmarks/gpu/sage_attention_gpu.py --out "$out/kernels" --shapes "$shapes" >"$out/kernels.log" 2>&1
+python3 benchmarks/gpu/sage_attention_gpu.py --out "$out/kernels" --shapes "$shapes" "$sage" >"$out/kernels.log" 2>&1
 
 if [ "${SKIP_720P:-0}" != 1 ]; then
     stamp "levers 720p 93"
     python3 benchmarks/gpu/levers_gpu.py --out "$out/levers_720p" --tiers 720p --frames 93 --no-compiled-plain \
-        --quantizations "$variants" "${policies[@]}" >"$out/levers_720p.log" 2>&1
+        --quantizations "$variants_720p" "${policies[@]}" >"$out/levers_720p.log" 2>&1
 fi
 stamp "done"

@@ -191,6 +191,60 @@ def request_breakdown(
     ) | {"tokens": tokens, "attention_kernel": generator.gpu.attention_kernel}
 
 
+def measure_latency(
+    generator: VideoGenerator,
+    pipe: Any,
+    args: argparse.Namespace,
+    quantization: str,
+    policy_names: list[str],
+    repeats: dict[str, int],
+    reference: str,
+    references: dict[tuple[str, int], np.ndarray],
+    report: dict[str, Any],
+) -> None:
+    """One engine variant's latency rows at each tier of `repeats`, under each of its step policies, with each
+    row's fidelity against the frames of `reference` (kept in `references` when this is the reference)."""
+    for tier in repeats:
+        row = report["latency"][tier]
+        for policy_name in policy_names:
+            name = f"{quantization} {policy_name}"
+            times, quality = [], []
+            stages = []
+            for i in range(repeats[tier]):
+                seconds, output = engine_generate(generator, args, tier, 1000 + i, POLICIES[policy_name])
+                frames = output.frames
+                times.append(seconds)
+                stages.append({k: round(v, 3) for k, v in output.stage_durations.items()})
+                if name == reference:
+                    references[(tier, i)] = frames
+                else:
+                    quality.append(fidelity(frames, references[(tier, i)]))
+            median = statistics.median(times)
+            row[name] = {
+                "latency_s": [round(t, 3) for t in times],
+                "median_s": round(median, 3),
+                "of_plain": round(median / row["plain_median_s"], 3),
+                "of_compiled_plain": round(median / row["compiled_plain_median_s"], 3)
+                if "compiled_plain_median_s" in row
+                else None,
+                "stages_s": stages,
+                "transformer_steps": POLICIES[policy_name].computed_count(args.steps),
+                "fidelity_vs_exact": quality,
+            }
+            print(f"{tier} {name}: {row[name]}", flush=True)
+            save(args, report)
+            if args.breakdown and policy_name == "exact" and quantization in BROKEN_DOWN:
+                row[f"{name} breakdown"] = request_breakdown(
+                    generator, pipe, args, tier, median, stages[0], frames, report["env"]["bf16_matmul_burst_tflops"]
+                )
+                print(f"{tier} {name} breakdown: {row[f'{name} breakdown']}", flush=True)
+                save(args, report)
+
+
+def save(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    (args.out / "levers_gpu.json").write_text(json.dumps(report, indent=2))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "report")))
@@ -246,9 +300,6 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "latency": {}, "throughput": {}}
 
-    def save() -> None:
-        (args.out / "levers_gpu.json").write_text(json.dumps(report, indent=2))
-
     pipe, _ = build_pipeline(args.device, args.smoke)
     weights = {name: value.detach().clone().cpu() for name, value in pipe.transformer.state_dict().items()}
     report["env"] = {
@@ -266,10 +317,10 @@ def main() -> int:
         times = [plain_call(pipe, args, tier, 1000 + i)[0] for i in range(repeats[tier])]
         report["latency"][tier] = {"plain_s": [round(t, 3) for t in times], "plain_median_s": statistics.median(times)}
         print(f"plain {tier}: {times}", flush=True)
-        save()
+        save(args, report)
     if tiers and args.compiled_plain:
         compiled_plain(pipe, args, tiers, repeats, report)
-        save()
+        save(args, report)
     if args.throughput_tier:
         tier = args.throughput_tier
         plain_call(pipe, args, tier, 0)
@@ -279,7 +330,7 @@ def main() -> int:
         serial = (time.perf_counter() - started) / args.serial_repeats
         report["throughput"] = {"tier": tier, "plain_serial_s_per_video": round(serial, 4)}
         print(f"plain {tier} serial: {serial:.3f} s a video", flush=True)
-        save()
+        save(args, report)
 
     references: dict[tuple[str, int], np.ndarray] = {}  # (tier, seed) -> the exact bf16 engine's frames
     for quantization in quantizations:
@@ -305,7 +356,7 @@ def main() -> int:
         except ModelLoadError as exc:  # the others still run: the report says why this one did not
             report.setdefault("refused", {})[quantization] = str(exc)
             print(f"{quantization}: refused: {exc}", flush=True)
-            save()
+            save(args, report)
             continue
         started = time.perf_counter()
         if tiers:
@@ -322,52 +373,25 @@ def main() -> int:
         )
         print(f"{quantization}: warm-up {warmup_s} s, levers {generator.levers}", flush=True)
         try:
-            for tier in tiers:
-                row = report["latency"][tier]
-                for policy_name in policies_of.get(quantization, policies):
-                    name = f"{quantization} {policy_name}"
-                    times, quality = [], []
-                    stages = []
-                    for i in range(repeats[tier]):
-                        seconds, output = engine_generate(generator, args, tier, 1000 + i, POLICIES[policy_name])
-                        frames = output.frames
-                        times.append(seconds)
-                        stages.append({k: round(v, 3) for k, v in output.stage_durations.items()})
-                        if name == reference:
-                            references[(tier, i)] = frames
-                        else:
-                            quality.append(fidelity(frames, references[(tier, i)]))
-                    median = statistics.median(times)
-                    row[name] = {
-                        "latency_s": [round(t, 3) for t in times],
-                        "median_s": round(median, 3),
-                        "of_plain": round(median / row["plain_median_s"], 3),
-                        "of_compiled_plain": round(median / row["compiled_plain_median_s"], 3)
-                        if "compiled_plain_median_s" in row
-                        else None,
-                        "stages_s": stages,
-                        "transformer_steps": POLICIES[policy_name].computed_count(args.steps),
-                        "fidelity_vs_exact": quality,
-                    }
-                    print(f"{tier} {name}: {row[name]}", flush=True)
-                    save()
-                    if args.breakdown and policy_name == "exact" and quantization in BROKEN_DOWN:
-                        row[f"{name} breakdown"] = request_breakdown(
-                            generator,
-                            pipe,
-                            args,
-                            tier,
-                            median,
-                            stages[0],
-                            frames,
-                            report["env"]["bf16_matmul_burst_tflops"],
-                        )
-                        print(f"{tier} {name} breakdown: {row[f'{name} breakdown']}", flush=True)
-                        save()
+            measure_latency(
+                generator,
+                pipe,
+                args,
+                quantization,
+                policies_of.get(quantization, policies),
+                {tier: repeats[tier] for tier in tiers},
+                reference,
+                references,
+                report,
+            )
         except Exception as exc:  # a kernel that fails at run time: the others' figures still come
             report.setdefault("failed", {})[quantization] = f"{type(exc).__name__}: {exc}"[:2000]
             print(f"{quantization}: failed: {traceback.format_exc()}", flush=True)
-            save()
+            save(args, report)
+            generator.close()  # its pipeline's memory goes back for the next variant
+            del generator, target
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
             continue
         if args.throughput_tier:
             manager = JobManager(
@@ -390,14 +414,14 @@ def main() -> int:
                 figures["record_levers"] = job.record().levers  # what its sidecar says it was made with
                 serial = report["throughput"]["plain_serial_s_per_video"]
                 figures["times_plain_serial"] = round(figures["throughput_videos_per_s"] * serial, 3)
-                seconds, frames = engine_call(generator, args, args.throughput_tier, 1000, POLICIES[policy_name])
+                _, frames = engine_call(generator, args, args.throughput_tier, 1000, POLICIES[policy_name])
                 if name == reference:
                     references[(args.throughput_tier, -1)] = frames
                 else:
                     figures["fidelity_vs_exact"] = [fidelity(frames, references[(args.throughput_tier, -1)])]
                 report["throughput"][name] = figures
                 print(f"{args.throughput_tier} c{args.concurrency} {name}: {figures}", flush=True)
-                save()
+                save(args, report)
             manager.shutdown()
         generator.close()
         del generator, target

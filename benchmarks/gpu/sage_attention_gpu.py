@@ -8,8 +8,9 @@ studio.engine.gpu.flash3_build): from the source trees --source and --flash3-sou
 fetched), cached; the report says whether they were built in this run and in how long.
 
 Sage's times include its own quantization of q, k and v (and v's padding to a multiple of 128 tokens), and FlashAttention
-3's fp8 row the engine's (studio.engine.gpu.flash3.fp8_attention_inputs): what a call costs the engine; a row of the fp8
-kernel alone, on inputs already in fp8, says what that quantization costs. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128), several
+3's fp8 row the engine's (studio.engine.gpu.flash3.fp8_attention_inputs, eager inside the engine's attention op): what
+a call costs the engine. Beside it, the same quantization through torch.compile, and the fp8 kernel alone on inputs
+already in fp8, which says what the quantization costs. Each kernel gets the same random q, k, v (bf16, the guidance pair: B=2, 12 heads x 128), several
 sets in turn so the inputs come from memory; the time is the median of triton.testing.do_bench. Error: against
 float32 attention on the first two heads, ||out - ref|| / ||ref||.
 
@@ -33,7 +34,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `studio`, `benchmarks`
 
 from studio.engine.gpu import flash3_build, kernel_build, sage_build
-from studio.engine.gpu.flash3 import flash3_attention_bnhd, flash3_fp8_attention_bnhd, fp8_attention_inputs
+from studio.engine.gpu.flash3 import (
+    flash3_attention_bnhd,
+    flash3_fp8_attention_bnhd,
+    flash3_fp8_kernel,
+    fp8_attention_inputs,
+)
 
 SIZES = {"256p": (320, 192), "480p": (832, 480), "720p": (1280, 720)}  # 16:9 (width, height)
 BATCH, HEADS, HEAD_DIM = 2, 12, 128
@@ -135,14 +141,16 @@ def main(args: argparse.Namespace) -> int:
     quantized: dict[int, tuple[torch.Tensor, ...]] = {}  # each input set in fp8, by its q's id
 
     def fp8_kernel_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        from flash_attn_interface import flash_attn_func
+        return flash3_fp8_kernel(*quantized[id(q)])
 
-        q8, k8, v8, q_scale, k_scale, v_scale = quantized[id(q)]
-        out = flash_attn_func(q8, k8, v8, q_descale=q_scale, k_descale=k_scale, v_descale=v_scale)
-        return out[0] if isinstance(out, tuple) else out
+    compiled_inputs = torch.compile(fp8_attention_inputs)
+
+    def fp8_compiled_quantization(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return flash3_fp8_kernel(*compiled_inputs(q, k, v))
 
     kernels |= {
         "flash attention 3 fp8, per-head scales (the engine's flash3-fp8)": flash3_fp8_attention_bnhd,
+        "flash attention 3 fp8, its quantization through torch.compile": fp8_compiled_quantization,
         "flash attention 3 fp8, the kernel alone (inputs in fp8)": fp8_kernel_alone,
     }
     rows = []

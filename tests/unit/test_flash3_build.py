@@ -134,7 +134,7 @@ def test_off_a_gpu_flash3_is_refused_and_never_named_as_in_force():
 
     assert flash3_problem("cpu") == "FlashAttention 3 needs a CUDA GPU (this engine runs on cpu)"
     setup = GpuSetup("cpu", attention_backend="flash3")
-    assert setup.own_attention == "flash3" and not setup.sage and setup.attention_backend_setting == "auto"
+    assert setup.own_attention == "flash3" and setup.attention_backend_setting == "auto"
     assert setup.attention_kernel == "default" and setup.levers == {}
 
 

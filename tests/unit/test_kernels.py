@@ -160,7 +160,7 @@ def test_sage_attention_is_refused_off_a_gpu_and_named_only_where_in_force() -> 
     assert sage_problem("cpu") == "SageAttention needs a CUDA GPU (this engine runs on cpu)"
     setup = GpuSetup("cpu", attention_backend="sage")
     # asked for, but not in force: no kernel runs it, so no record may name it
-    assert setup.sage and setup.attention_backend_setting == "auto"
+    assert setup.own_attention == "sage" and setup.attention_backend_setting == "auto"
     assert setup.attention_kernel == "default" and setup.levers == {}
 
 
@@ -183,7 +183,7 @@ def test_sage_attention_runs_through_the_engines_attention_op(
         return out.transpose(1, 2)
 
     monkeypatch.setitem(sys.modules, "sageattention", types.SimpleNamespace(sageattn=sageattn))
-    generator.gpu.sage = True
+    generator.gpu.own_attention = "sage"
     generator.gpu.install_kernels(generator.pipe)
     try:
         assert generator.gpu.installed_kernels is not None and calls, "the start-up check ran no attention through it"
@@ -192,6 +192,7 @@ def test_sage_attention_runs_through_the_engines_attention_op(
         assert {p.backend for p in processors if isinstance(p, kernels.EngineWanAttnProcessor)} == {"sage"}
     finally:
         generator.gpu.remove_kernels()
+        generator.gpu.own_attention = None
     assert generator.gpu.attention_kernel == "default" and generator.gpu.levers == {}
 
 

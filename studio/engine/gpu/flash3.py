@@ -110,11 +110,23 @@ def fp8_attention_inputs(
     return q8, k8, v8, q_scale, k_scale, v_scale
 
 
-def flash3_fp8_attention_bnhd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Attention over (B, N, H, D) tensors by FlashAttention 3's fp8 forward; the result (B, N, H, D) in q's dtype."""
+def flash3_fp8_kernel(
+    q8: torch.Tensor,
+    k8: torch.Tensor,
+    v8: torch.Tensor,
+    q_scale: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+) -> torch.Tensor:
+    """FlashAttention 3's fp8 forward over (B, N, H, D) fp8 tensors with the (B, H) scales that take them back."""
     from flash_attn_interface import flash_attn_func
 
-    q8, k8, v8, q_scale, k_scale, v_scale = fp8_attention_inputs(q, k, v)
     out = flash_attn_func(q8, k8, v8, causal=False, q_descale=q_scale, k_descale=k_scale, v_descale=v_scale)
-    out = out[0] if isinstance(out, tuple) else out
-    return out.to(q.dtype)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def flash3_fp8_attention_bnhd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention over (B, N, H, D) tensors by FlashAttention 3's fp8 forward; the result (B, N, H, D) in q's dtype.
+    The quantization runs eagerly, inside the engine's attention op: through torch.compile it was no faster
+    (benchmarks/RESULTS.md, the engine on FlashAttention 3 at 189 frames)."""
+    return flash3_fp8_kernel(*fp8_attention_inputs(q, k, v)).to(q.dtype)

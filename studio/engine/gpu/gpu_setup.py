@@ -197,15 +197,6 @@ class GpuSetup:
         return SDPA_KERNEL_OF_BACKEND.get(self.attention_backend, "default")
 
     @property
-    def sage(self) -> bool:
-        """SageAttention asked for (8-bit attention: a lever a job's record names while it is in force)."""
-        return self.own_attention == SAGE_SETTING
-
-    @sage.setter
-    def sage(self, asked: bool) -> None:
-        self.own_attention = SAGE_SETTING if asked else None
-
-    @property
     def levers(self) -> dict[str, str]:
         """The levers in force that change a video's arithmetic, as a job's record names them."""
         levers = {"quantization": "fp8"} if self.fp8 is not None else {}
