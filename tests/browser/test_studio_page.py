@@ -178,10 +178,13 @@ def test_history_is_current_without_refresh_and_server_buttons_answer_in_their_t
         # Its settings back in the form, to change one thing and make it again.
         seed = re.search(r"seed (\d+)", page.locator("#history-video-details").inner_text()).group(1)
         page.locator("#history-use-settings").click()
-        expect(page.locator("#prompt textarea")).to_have_value("a history marker", timeout=30_000)
-        expect(page.locator("#seed textarea")).to_have_value(seed)
+        # One event fills the form and shows the Generate tab; the prompt was already the same, so the seed (the
+        # form had none: a random one) says the event's values arrived.
+        expect(page.get_by_role("tab", name="Generate")).to_have_attribute("aria-selected", "true", timeout=30_000)
+        expect(page.locator("#seed textarea")).to_have_value(seed, timeout=30_000)
+        expect(page.locator("#prompt textarea")).to_have_value("a history marker")
         expect(page.locator("#frames input")).to_have_value("5")
-        expect(page.locator("#generate")).to_be_visible()  # the Generate tab is the one shown
+        expect(page.locator("#generate")).to_be_visible()
 
         page.get_by_role("tab", name="Server").click()
         page.locator("#server-stop").click()  # asks first: it stops the servers for everyone
